@@ -1,0 +1,39 @@
+# The two set-up commands: `make demo` (install + the main job) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned here (a CPU build of this exact version lies on disk); pyproject states the range.
+TORCH_PIN := torch==2.13.0
+
+.PHONY: demo test bench lint install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.torch: $(BIN)/python
+	$(BIN)/pip install --quiet $(TORCH_PIN)
+	touch $@
+
+install: $(VENV)/.torch
+	$(BIN)/pip install --quiet -e .
+
+install-test: $(VENV)/.torch
+	$(BIN)/pip install --quiet -e '.[test]'
+
+demo: install
+	$(BIN)/gaugelab optimizers
+	$(BIN)/gaugelab check adam
+
+lint: install-test
+	$(BIN)/ruff check src tests benchmarks
+
+test: install-test
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/gaugelab bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info
