@@ -1,0 +1,364 @@
+"""Certify an optimizer's gauge equivariance with the gauge / identity / noise twin triplet.
+
+The base run starts from factors ``(U₀, V₀)``; from the same (zero) optimizer state start
+
+* the *gauge twin* ``act(U₀, V₀, A)`` for a sampled group element ``A``,
+* the *identity twin* (``A = I``): any difference from the base is nondeterminism,
+* the *noise twin* ``(U₀, V₀) + noise_scale · randn``: the floor set by round-off amplification.
+
+The represented matrices ``W = U Vᵀ`` are gauge-invariant, so each twin is compared with the
+base by ``‖W̃_t − W_t‖_F / ‖W_t‖_F`` after every step.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from gaugelab.gauge import GROUPS, Group, act, make_group, represented
+from gaugelab.optim import OPTIMIZERS, claim, make_optimizer
+from gaugelab.tasks import factor_init, make_sensing
+
+EQUIVARIANT = "equivariant"
+BREAKS = "breaks"
+PRECISION_LIMITED = "precision-limited"
+NONDETERMINISTIC = "nondeterministic"
+INCONCLUSIVE = "inconclusive"
+
+PROBLEMS = ("sensing", "quadratic")
+TWINS = ("gauge", "identity", "noise")
+DEFAULT_LR = 3e-2  # PROTOCOLS §2: every identity runs at η = 3e-2 unless the caller says otherwise
+
+# The PROTOCOLS §2 problem: n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3.
+_N, _K, _RANK, _M, _SCALE = 6, 3, 2, 20, 0.3
+
+_KNOWN_CAUSES = {
+    "torch.optim.Muon": (
+        "torch.optim.Muon casts the momentum to bfloat16 inside Newton–Schulz, so its update "
+        "carries bfloat16 round-off (~4e-3 relative) whatever the parameter dtype; the exact "
+        "rule is equivariant (gaugelab.optim.Muon computes in the parameter's dtype), this "
+        "implementation is not certifiable in float64."
+    ),
+}
+
+
+@dataclass
+class EquivarianceReport:
+    """The result of :func:`check_equivariance`.
+
+    Attributes:
+        optimizer: the rule's name (registry name or ``module:Class``).
+        hyperparameters: keyword hyperparameters the rule ran with.
+        group: ``repr`` of the group the gauge elements were drawn from.
+        problem, dtype, steps, draws, seed, noise_scale: the declared setting.
+        distances: twin → ``[draws][steps]`` relative Frobenius distance of represented
+            matrices (step t = index t − 1).
+        factor_distances: ``[draws][steps]`` relative distance between the gauge twin's factors
+            aligned back by ``A⁻¹`` and the base factors.
+        moved: relative change of the base represented matrix over the run (a check that
+            the parameters genuinely moved).
+        tolerance: the ``equivariant`` threshold used for this dtype.
+        verdict: ``equivariant``, ``breaks``, ``precision-limited``, ``nondeterministic`` or
+            ``inconclusive``.
+        explanation: why, in words.
+        claimed: the zoo's claim for this rule and group, if there is one.
+    """
+
+    optimizer: str
+    hyperparameters: dict
+    group: str
+    problem: str
+    dtype: str
+    steps: int
+    draws: int
+    seed: int
+    noise_scale: float
+    distances: dict[str, list[list[float]]]
+    factor_distances: list[list[float]]
+    moved: float
+    tolerance: float
+    verdict: str = INCONCLUSIVE
+    explanation: str = ""
+    claimed: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def worst(self, twin: str) -> list[float]:
+        """Per step, the largest distance over draws for ``twin``."""
+        rows = self.distances[twin]
+        return [max(r[t] for r in rows) for t in range(self.steps)]
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable dict of every field."""
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """The report as JSON (``gaugelab check --json``)."""
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+
+def resolve_optimizer(
+    optimizer, hyper: dict
+) -> tuple[str, Callable[[list], torch.optim.Optimizer]]:
+    """Turn a zoo name, a class, or ``"package.module:Class"`` into a named factory.
+
+    Raises:
+        ValueError: unknown zoo name, malformed ``module:Class``, or a module or attribute
+            that cannot be imported.
+        TypeError: the object is not a ``torch.optim.Optimizer`` subclass.
+    """
+    if isinstance(optimizer, str) and ":" not in optimizer:
+        if optimizer not in OPTIMIZERS:
+            known = ", ".join(sorted(OPTIMIZERS))
+            raise ValueError(
+                f"check_equivariance: unknown optimizer {optimizer!r}; known rules: {known}; "
+                f"or give a class as 'package.module:Class'"
+            )
+        make_optimizer(optimizer, [torch.zeros(2, 2, requires_grad=True)], **hyper)  # validate
+        return optimizer, lambda params: make_optimizer(optimizer, params, **hyper)
+    if isinstance(optimizer, str):
+        module_name, _, attr = optimizer.partition(":")
+        if not module_name or not attr:
+            raise ValueError(
+                f"check_equivariance: optimizer={optimizer!r}; allowed: 'module:Class'"
+            )
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ValueError(
+                f"check_equivariance: cannot import module {module_name!r}: {exc}"
+            ) from None
+        if not hasattr(module, attr):
+            raise ValueError(f"check_equivariance: module {module_name!r} has no {attr!r}")
+        optimizer = getattr(module, attr)
+    if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
+        raise TypeError(
+            f"check_equivariance: optimizer={optimizer!r} is not a torch.optim.Optimizer subclass"
+        )
+    cls = optimizer
+    name = f"{cls.__module__}:{cls.__qualname__}"
+    for zoo_name, rule in OPTIMIZERS.items():
+        if rule.cls is cls:
+            name = zoo_name
+    return name, lambda params: cls(params, **hyper)
+
+
+def _problem(problem: str, dtype: torch.dtype, seed: int):
+    sensing = make_sensing(_N, _RANK, _M, seed=seed, dtype=dtype)
+    U0, V0 = factor_init(_N, _K, seed=seed + 7, scale=_SCALE, dtype=dtype)
+    if problem == "sensing":
+        return U0, V0, lambda U, V: sensing.loss(represented(U, V))
+    target = sensing.target
+    return U0, V0, lambda U, V: 0.5 * ((represented(U, V) - target) ** 2).sum()
+
+
+def _run(factory, loss_fn, U0, V0, steps):
+    U = U0.clone().requires_grad_(True)
+    V = V0.clone().requires_grad_(True)
+    opt = factory([U, V])
+
+    def closure():
+        opt.zero_grad()
+        loss = loss_fn(U, V)
+        loss.backward()
+        return loss
+
+    trajectory = []
+    for _ in range(steps):
+        opt.step(closure)
+        trajectory.append((U.detach().clone(), V.detach().clone()))
+    return trajectory
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.linalg.norm(a - b) / torch.linalg.norm(b).clamp_min(1e-300))
+
+
+def _group(group, k: int) -> Group:
+    if isinstance(group, Group):
+        if group.k != k:
+            raise ValueError(
+                f"check_equivariance: group acts on k={group.k}; the problem has k={k}"
+            )
+        return group
+    if group == "torus":
+        return make_group("torus", k, planes=tuple((i, i + 1) for i in range(0, k - 1, 2)))
+    if group not in GROUPS:
+        raise ValueError(
+            f"check_equivariance: group={group!r}; allowed: {', '.join(sorted(GROUPS))} "
+            f"or a gaugelab.gauge.Group"
+        )
+    return make_group(group, k)
+
+
+def check_equivariance(
+    optimizer,
+    *,
+    group: str | Group = "orthogonal",
+    problem: str = "sensing",
+    steps: int = 10,
+    dtype: torch.dtype = torch.float64,
+    draws: int = 3,
+    seed: int = 0,
+    noise_scale: float = 1e-7,
+    **hyper,
+) -> EquivarianceReport:
+    """Run the twin triplet for an optimizer and give a verdict.
+
+    Args:
+        optimizer: a zoo name (``"muon"``), a ``torch.optim.Optimizer`` subclass, or the
+            string ``"package.module:Class"``.
+        group: a group name (``orthogonal``, ``special-orthogonal``, ``signed-permutation``,
+            ``torus``, ``general-linear``, ``trivial``) or a :class:`gaugelab.gauge.Group` on
+            k = 3.
+        problem: ``"sensing"`` (n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3) or
+            ``"quadratic"`` (``½‖U Vᵀ − X*‖²_F`` with the same ``X*`` and factors).
+        steps: optimizer steps per run, ≥ 1.
+        dtype: ``torch.float64`` (certification) or ``torch.float32``.
+        draws: independent group elements, ≥ 1.
+        seed: seeds the problem (sensing seed ``seed``, factors ``seed + 7``) and the draws.
+        noise_scale: absolute size of the noise twin's perturbation, > 0.
+        **hyper: the optimizer's hyperparameters; ``lr`` defaults to 3e-2.
+
+    Returns:
+        An :class:`EquivarianceReport`. Verdicts: ``nondeterministic`` (identity twin ≠ 0
+        at some step), ``equivariant`` (gauge twin ≤ tolerance — 1e-9 in float64, 1e-5 in
+        float32 — at every step), ``breaks`` (gauge twin ≥ 1e-6 and ≥ 100 × the noise twin at
+        step 1 for every draw), ``precision-limited`` (gauge and noise twins within 10× of
+        each other and far above round-off), else ``inconclusive``.
+
+    Raises:
+        ValueError: unknown optimizer, group or problem; bad hyperparameters; steps, draws or
+            noise_scale out of range; dtype not float32/float64.
+        TypeError: the optimizer is not a ``torch.optim.Optimizer`` subclass.
+        NonFiniteError: a run produced a NaN/inf loss or gradient.
+
+    Source: singh2026lossbasis, Def. 3.1 (gauge equivariance) and §6 (the twin triplet).
+    """
+    if problem not in PROBLEMS:
+        raise ValueError(f"check_equivariance: problem={problem!r}; allowed: {', '.join(PROBLEMS)}")
+    if dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"check_equivariance: dtype={dtype}; allowed: float32, float64")
+    for name, value in (("steps", steps), ("draws", draws)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"check_equivariance: {name}={value!r}; allowed: an integer >= 1")
+    if not (
+        isinstance(noise_scale, int | float) and math.isfinite(noise_scale) and noise_scale > 0
+    ):
+        raise ValueError(f"check_equivariance: noise_scale={noise_scale!r}; allowed: > 0")
+    hyper.setdefault("lr", DEFAULT_LR)
+    name, factory = resolve_optimizer(optimizer, hyper)
+    G = _group(group, _K)
+    U0, V0, loss_fn = _problem(problem, dtype, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+
+    base = _run(factory, loss_fn, U0, V0, steps)
+    base_W = [represented(U, V) for U, V in base]
+    identity_run = _run(factory, loss_fn, *act(U0, V0, G.identity(dtype)), steps)
+    distances: dict[str, list[list[float]]] = {t: [] for t in TWINS}
+    factor_distances = []
+    identity_row = [
+        _rel(represented(U, V), W) for (U, V), W in zip(identity_run, base_W, strict=True)
+    ]
+    for _ in range(draws):
+        A = G.sample(gen, dtype)
+        gauge = _run(factory, loss_fn, *act(U0, V0, A), steps)
+        dU = noise_scale * torch.randn(U0.shape, generator=gen, dtype=dtype)
+        dV = noise_scale * torch.randn(V0.shape, generator=gen, dtype=dtype)
+        noise = _run(factory, loss_fn, U0 + dU, V0 + dV, steps)
+        A_inv = torch.linalg.inv(A)
+        distances["gauge"].append(
+            [_rel(represented(U, V), W) for (U, V), W in zip(gauge, base_W, strict=True)]
+        )
+        distances["identity"].append(list(identity_row))
+        distances["noise"].append(
+            [_rel(represented(U, V), W) for (U, V), W in zip(noise, base_W, strict=True)]
+        )
+        factor_distances.append(
+            [
+                _rel(torch.cat([U @ A_inv, V @ A.mT]), torch.cat([Ub, Vb]))
+                for (U, V), (Ub, Vb) in zip(gauge, base, strict=True)
+            ]
+        )
+    moved = _rel(base_W[-1], represented(U0, V0))
+    tolerance = 1e-9 if dtype == torch.float64 else 1e-5
+    report = EquivarianceReport(
+        optimizer=name,
+        hyperparameters={k: v for k, v in hyper.items()},
+        group=repr(G),
+        problem=problem,
+        dtype=str(dtype).removeprefix("torch."),
+        steps=steps,
+        draws=draws,
+        seed=seed,
+        noise_scale=float(noise_scale),
+        distances=distances,
+        factor_distances=factor_distances,
+        moved=moved,
+        tolerance=tolerance,
+    )
+    report.verdict, report.explanation = _verdict(report, torch.finfo(dtype).eps)
+    if name in OPTIMIZERS and isinstance(group, str) and group in OPTIMIZERS[name].claims:
+        zoo_hyper = {k: v for k, v in hyper.items() if k != "lr"}
+        report.claimed = claim(name, group, **zoo_hyper).property
+    cls_name = _class_name(optimizer)
+    if cls_name in _KNOWN_CAUSES and report.verdict != EQUIVARIANT:
+        report.notes.append(_KNOWN_CAUSES[cls_name])
+    if moved < 1e-3:
+        report.notes.append(
+            f"the base represented matrix moved only {moved:.2e} (relative): the learning rate "
+            f"may be too small for the check to be informative"
+        )
+    return report
+
+
+def _class_name(optimizer) -> str:
+    if isinstance(optimizer, str) and ":" in optimizer:
+        module_name, _, attr = optimizer.partition(":")
+        optimizer = getattr(importlib.import_module(module_name), attr)
+    if isinstance(optimizer, type):
+        return f"{optimizer.__module__}.{optimizer.__qualname__}"
+    return ""
+
+
+def _verdict(report: EquivarianceReport, eps: float) -> tuple[str, str]:
+    gauge, ident, noise = (report.distances[t] for t in TWINS)
+    floor = 1e3 * eps
+    worst_gauge = max(max(r) for r in gauge)
+    if any(d != 0 for row in ident for d in row):
+        worst = max(max(r) for r in ident)
+        return NONDETERMINISTIC, (
+            f"the identity twin (same factors, same state) differs from the base by up to "
+            f"{worst:.2e}: the optimizer or the loss is not deterministic, so no gauge claim can "
+            f"be made"
+        )
+    if worst_gauge <= report.tolerance:
+        return EQUIVARIANT, (
+            f"the gauge twin stays within {worst_gauge:.2e} of the base at every step "
+            f"(tolerance {report.tolerance:.0e}) while the base moves {report.moved:.2e}"
+        )
+    first_g = [r[0] for r in gauge]
+    first_n = [r[0] for r in noise]
+    if all(g >= 1e-6 and g >= 100 * n for g, n in zip(first_g, first_n, strict=True)):
+        ratio = min(g / max(n, 1e-300) for g, n in zip(first_g, first_n, strict=True))
+        return BREAKS, (
+            f"after one step the gauge twin is {min(first_g):.2e} from the base, at least "
+            f"{ratio:.0f}× the noise twin: the update reads the basis"
+        )
+    pairs = [
+        (g, n) for rg, rn in zip(gauge, noise, strict=True) for g, n in zip(rg, rn, strict=True)
+    ]
+    if all(g > floor and n > floor and 0.1 <= g / n <= 10 for g, n in pairs):
+        return PRECISION_LIMITED, (
+            f"gauge and noise twins stay within 10× of each other, far above {report.dtype} "
+            f"round-off ({floor:.0e}): the update amplifies or injects rounding, so the check "
+            f"cannot separate basis dependence from round-off"
+        )
+    return INCONCLUSIVE, (
+        f"the gauge twin reaches {worst_gauge:.2e} (above tolerance {report.tolerance:.0e}) but "
+        f"neither breaks at step 1 (≥ 1e-6 and ≥ 100× the noise twin) nor tracks the noise twin"
+    )

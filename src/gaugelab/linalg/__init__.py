@@ -1,0 +1,17 @@
+"""Numerics: the polar factor (msign), PSD matrix powers, Haar-random orthogonal matrices.
+
+Every function is batched over leading dimensions where that makes sense, computes in its
+input's dtype and takes an explicit ``torch.Generator`` when it draws random numbers.
+"""
+
+from .polar import MUON_COEFFICIENTS, msign
+from .psd import psd_power
+from .random import haar_orthogonal, orthonormal_basis
+
+__all__ = [
+    "MUON_COEFFICIENTS",
+    "haar_orthogonal",
+    "msign",
+    "orthonormal_basis",
+    "psd_power",
+]

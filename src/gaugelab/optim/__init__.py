@@ -1,0 +1,52 @@
+"""The optimizer zoo: every rule of PROTOCOLS §1 as a ``torch.optim.Optimizer``.
+
+Every rule supports float32 and float64, param groups, ``state_dict``/``load_state_dict``,
+closures, and ``member_dims`` (leading ensemble dims; every reduction is per member).
+"""
+
+from gaugelab.optim.adafactor import Adafactor
+from gaugelab.optim.adam import Adam, AdamW, RMSprop
+from gaugelab.optim.adam_p import AdamP, ScalarAdam
+from gaugelab.optim.muon import Muon
+from gaugelab.optim.registry import (
+    BREAKS,
+    CLAIM_GROUPS,
+    CLAIMS,
+    EQUIVARIANT,
+    OPTIMIZERS,
+    Claim,
+    Rule,
+    claim,
+    get_rule,
+    make_optimizer,
+)
+from gaugelab.optim.sgd import GD, HeavyBall, Nesterov
+from gaugelab.optim.shampoo import Shampoo
+from gaugelab.optim.sign import Lion, SignSGD, Signum
+
+__all__ = [
+    "BREAKS",
+    "CLAIMS",
+    "CLAIM_GROUPS",
+    "EQUIVARIANT",
+    "GD",
+    "OPTIMIZERS",
+    "Adafactor",
+    "Adam",
+    "AdamP",
+    "AdamW",
+    "Claim",
+    "HeavyBall",
+    "Lion",
+    "Muon",
+    "Nesterov",
+    "RMSprop",
+    "Rule",
+    "ScalarAdam",
+    "Shampoo",
+    "SignSGD",
+    "Signum",
+    "claim",
+    "get_rule",
+    "make_optimizer",
+]
