@@ -1,0 +1,193 @@
+"""Commands: ``optimizers``, ``check``, ``bench``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gaugelab.cli.bench import available_benchmarks, run_benchmark
+from gaugelab.equivariance import EQUIVARIANT, check_equivariance
+from gaugelab.gauge import GROUPS
+from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
+
+app = typer.Typer(
+    name="gaugelab",
+    help=(
+        "Optimizer geometry on factored models: list the optimizer zoo, certify an "
+        "optimizer's gauge equivariance, run benchmarks."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+_VERDICT_STYLE = {
+    "equivariant": "bold green",
+    "breaks": "bold red",
+    "precision-limited": "bold yellow",
+    "nondeterministic": "bold magenta",
+    "inconclusive": "bold",
+}
+
+
+def _fail(message: str) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code=2)
+
+
+@app.command()
+def optimizers() -> None:
+    """List the optimizer zoo: update rule, default hyperparameters, equivariance claims."""
+    table = Table(title="gaugelab optimizer zoo", show_lines=True)
+    table.add_column("rule", style="bold")
+    table.add_column("update")
+    table.add_column("hyperparameters (defaults)")
+    for group in CLAIM_GROUPS:
+        table.add_column(group)
+    table.add_column("source (orthogonal)")
+    for name, rule in OPTIMIZERS.items():
+        hyper = ", ".join(f"{k}={v}" for k, v in rule.hyperparameters().items())
+        claims = []
+        for group in CLAIM_GROUPS:
+            c = rule.claims[group]
+            text = f"[{_VERDICT_STYLE[c.property]}]{c.property}[/]"
+            claims.append(text + (f"\n({c.note})" if c.note else ""))
+        table.add_row(name, rule.summary, hyper, *claims, rule.claims["orthogonal"].source)
+    console.print(table)
+
+
+def _parse_opt(items: list[str]) -> dict:
+    hyper = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise _fail(f"--opt {item!r}: expected KEY=VALUE, e.g. --opt lr=0.01")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw  # a bare word such as mean=geometric
+        hyper[key.replace("-", "_")] = value
+    return hyper
+
+
+@app.command()
+def check(
+    optimizer: Annotated[
+        str,
+        typer.Argument(
+            help="A zoo name (see `gaugelab optimizers`) or a class as 'package.module:Class', "
+            "e.g. torch.optim:Muon."
+        ),
+    ],
+    group: Annotated[
+        str, typer.Option(help=f"Gauge group: {', '.join(sorted(GROUPS))}.")
+    ] = "orthogonal",
+    problem: Annotated[
+        str, typer.Option(help="'sensing' (n=6, k=3, rank 2, m=20) or 'quadratic'.")
+    ] = "sensing",
+    steps: Annotated[int, typer.Option(help="Optimizer steps per run.", min=1)] = 10,
+    draws: Annotated[int, typer.Option(help="Independent group elements.", min=1)] = 3,
+    dtype: Annotated[str, typer.Option(help="float64 (certification) or float32.")] = "float64",
+    seed: Annotated[int, typer.Option(help="Seeds the problem and the draws.")] = 0,
+    opt: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--opt",
+            help="Hyperparameter KEY=VALUE (repeatable); lr defaults to 3e-2. "
+            "Values are Python literals: --opt betas='(0.9, 0.99)' --opt mean=geometric.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Certify an optimizer's gauge equivariance with the gauge / identity / noise twins.
+
+    Runs the base problem and three twins from the same zero state, compares represented
+    matrices U Vᵀ after every step, and gives a verdict: equivariant, breaks,
+    precision-limited, nondeterministic or inconclusive.
+    """
+    if dtype not in _DTYPES:
+        raise _fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")
+    hyper = _parse_opt(opt or [])
+    try:
+        with console.status(f"running twins for {optimizer} under {group}…", spinner="dots"):
+            report = check_equivariance(
+                optimizer,
+                group=group,
+                problem=problem,
+                steps=steps,
+                draws=draws,
+                dtype=_DTYPES[dtype],
+                seed=seed,
+                **hyper,
+            )
+    except (ValueError, TypeError) as exc:
+        raise _fail(str(exc)) from None
+    if as_json:
+        typer.echo(report.to_json())
+        return
+    table = Table(
+        title=(
+            f"{report.optimizer} under {report.group} on {report.problem} ({report.dtype}); "
+            f"relative Frobenius distance of U Vᵀ to the base, max over {report.draws} draws"
+        )
+    )
+    for col in ("step", "gauge twin", "identity twin", "noise twin", "gauge twin factors"):
+        table.add_column(col, justify="right")
+    gauge, ident, noise = (report.worst(t) for t in ("gauge", "identity", "noise"))
+    factors = [max(r[t] for r in report.factor_distances) for t in range(report.steps)]
+    for t in range(report.steps):
+        table.add_row(
+            str(t + 1), f"{gauge[t]:.2e}", f"{ident[t]:.2e}", f"{noise[t]:.2e}", f"{factors[t]:.2e}"
+        )
+    console.print(table)
+    style = _VERDICT_STYLE.get(report.verdict, "bold")
+    console.print(f"verdict: [{style}]{report.verdict}[/] — {report.explanation}")
+    if report.claimed is not None:
+        agree = "agrees with" if report.claimed == report.verdict else "DIFFERS from"
+        console.print(f"the zoo claims [bold]{report.claimed}[/]; the check {agree} the claim")
+    for note in report.notes:
+        console.print(f"note: {note}")
+    if report.verdict != EQUIVARIANT and report.dtype == "float64":
+        console.print("not certified equivariant in float64.")
+
+
+@app.command()
+def bench(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="Benchmarks to run (default: all), e.g. optim msign."),
+    ] = None,
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Folder of bench_*.py files (default: the repo's benchmarks/)."),
+    ] = None,
+    quick: Annotated[bool, typer.Option(help="Fewer repeats, for a first look.")] = False,
+) -> None:
+    """Performance benchmarks, each printed as a ratio against a peer timed in the same run."""
+    try:
+        found = available_benchmarks(directory)
+        chosen = names or sorted(found)
+        unknown = [n for n in chosen if n not in found]
+        if unknown:
+            raise ValueError(
+                f"bench: unknown benchmark(s) {', '.join(unknown)}; available: "
+                f"{', '.join(sorted(found)) or 'none'}"
+            )
+        for name in chosen:
+            console.print(run_benchmark(found[name], quick=quick, console=console))
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,68 @@
+"""Discover and run the benchmarks in ``benchmarks/bench_<name>.py``.
+
+A benchmark file defines ``TITLE`` (str), ``COLUMNS`` (list of column names) and
+``run(*, quick, progress) -> list[list]`` returning table rows; ``progress`` is a
+``rich.progress.Progress`` it may add tasks to. The ratio column compares against a peer timed
+in the same run, since absolute seconds on a shared machine mean little.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def _default_dir() -> Path:
+    repo = Path(__file__).resolve().parents[3] / "benchmarks"
+    return repo if repo.is_dir() else Path.cwd() / "benchmarks"
+
+
+def available_benchmarks(directory: Path | None = None) -> dict[str, Path]:
+    """Map benchmark name → file for every ``bench_<name>.py`` in ``directory``.
+
+    Raises:
+        FileNotFoundError: the folder does not exist.
+    """
+    folder = Path(directory) if directory is not None else _default_dir()
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"bench: no benchmarks folder at {folder}; run from the repository or pass --dir"
+        )
+    return {p.stem.removeprefix("bench_"): p for p in sorted(folder.glob("bench_*.py"))}
+
+
+def _load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"gaugelab_bench_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"bench: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for attr in ("TITLE", "COLUMNS", "run"):
+        if not hasattr(module, attr):
+            raise ValueError(f"bench: {path} does not define {attr}")
+    return module
+
+
+def run_benchmark(path: Path, *, quick: bool = False, console: Console | None = None) -> Table:
+    """Run one benchmark file and return its results as a rich table."""
+    module = _load(path)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        rows = module.run(quick=quick, progress=progress)
+    table = Table(title=module.TITLE)
+    for col in module.COLUMNS:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*(str(x) for x in row))
+    return table
