@@ -8,6 +8,8 @@ from gaugelab.gauge import (
     GeneralLinear,
     Group,
     Orthogonal,
+    Permutation,
+    PositiveMonomial,
     SignedPermutation,
     SpecialOrthogonal,
     Torus,
@@ -30,7 +32,16 @@ def build(cls, k):
     return cls(k, planes=planes_for(k)) if cls is Torus else cls(k)
 
 
-ALL = [Orthogonal, SpecialOrthogonal, SignedPermutation, Torus, GeneralLinear, Trivial]
+ALL = [
+    Orthogonal,
+    SpecialOrthogonal,
+    SignedPermutation,
+    Torus,
+    GeneralLinear,
+    Permutation,
+    PositiveMonomial,
+    Trivial,
+]
 CASES = [pytest.param(cls, k, id=f"{cls.name}-{k}") for cls in ALL for k in (2, 3, 5)]
 
 
@@ -136,6 +147,36 @@ def test_reprs_are_readable():
     assert repr(Orthogonal(16)) == "Orthogonal(k=16)"
     assert repr(Torus(4, planes=[(0, 1), (2, 3)])) == "Torus(k=4, planes=((0, 1), (2, 3)))"
     assert repr(GeneralLinear(3)) == "GeneralLinear(k=3)"
+    quarter = Torus(4, planes=[(0, 1)], quarter_turns=True)
+    assert repr(quarter) == "Torus(k=4, planes=((0, 1),), quarter_turns=True)"
+
+
+def test_quarter_turn_torus_is_the_torus_inside_the_signed_permutations():
+    group = Torus(4, planes=((0, 2), (1, 3)), quarter_turns=True)
+    A = group.sample(gen(3), batch=(64,))
+    assert SignedPermutation(4).contains(A)
+    assert Torus(4, planes=((0, 2), (1, 3))).contains(A)
+    # a generic rotation in the same planes is in the torus but not in its quarter-turn subgroup
+    generic = Torus(4, planes=((0, 2), (1, 3))).sample(gen(4))
+    assert not group.contains(generic)
+    assert {round(float(a[0, 0])) for a in A} == {-1, 0, 1}  # cos of the four quarter turns
+
+
+def test_permutations_are_signed_permutations_without_signs():
+    P = Permutation(5).sample(gen(2), batch=(32,))
+    assert SignedPermutation(5).contains(P)
+    assert bool((P >= 0).all())
+    flipped = P[0].clone()
+    flipped[0] = -flipped[0]
+    assert not Permutation(5).contains(flipped)
+
+
+def test_positive_monomials_commute_with_relu_and_are_not_orthogonal():
+    A = PositiveMonomial(6).sample(gen(5))
+    x = torch.randn(10, 6, generator=gen(6), dtype=F64)
+    assert torch.allclose(torch.relu(x @ A), torch.relu(x) @ A, rtol=0, atol=1e-15)
+    assert not Orthogonal(6).contains(A)
+    assert not PositiveMonomial(6).contains(-A)
 
 
 def test_registry_names_are_kebab_case_and_make_group_builds_them():
@@ -145,6 +186,8 @@ def test_registry_names_are_kebab_case_and_make_group_builds_them():
         "signed-permutation",
         "torus",
         "general-linear",
+        "permutation",
+        "positive-monomial",
         "trivial",
     }
     for name, cls in GROUPS.items():

@@ -6,18 +6,23 @@ from .groups import (
     GeneralLinear,
     Group,
     Orthogonal,
+    Permutation,
+    PositiveMonomial,
     SignedPermutation,
     SpecialOrthogonal,
     Torus,
     Trivial,
     make_group,
 )
+from .state import transform_state
 
 __all__ = [
     "GROUPS",
     "GeneralLinear",
     "Group",
     "Orthogonal",
+    "Permutation",
+    "PositiveMonomial",
     "SignedPermutation",
     "SpecialOrthogonal",
     "Torus",
@@ -26,4 +31,5 @@ __all__ = [
     "inverse_transpose",
     "make_group",
     "represented",
+    "transform_state",
 ]

@@ -213,9 +213,12 @@ class Torus(Group):
         k: matrix size.
         planes: tuple of disjoint pairs ``(i, j)``, ``0 ≤ i, j < k``, ``i ≠ j``; any
             sequence of pairs is accepted and stored as a tuple of int tuples.
+        quarter_turns: restrict every angle to a multiple of π/2 (the finite subgroup
+            shared with the signed permutations: a RoPE head with qk-norm).
     """
 
     planes: tuple[tuple[int, int], ...]
+    quarter_turns: bool = False
     name: ClassVar[str] = "torus"
     is_orthogonal: ClassVar[bool] = True
 
@@ -223,13 +226,22 @@ class Torus(Group):
         super().__post_init__()
         object.__setattr__(self, "planes", _check_planes(self.planes, self.k))
 
+    def __repr__(self) -> str:
+        extra = ", quarter_turns=True" if self.quarter_turns else ""
+        return f"Torus(k={self.k}, planes={self.planes}{extra})"
+
     def _sample(self, generator, dtype, batch):
         k = self.k
         n_planes = len(self.planes)
-        u = torch.rand(*batch, n_planes, generator=generator, dtype=dtype)  # [*batch, n_planes]
-        theta = 2 * math.pi * u
         A = torch.eye(k, dtype=dtype).expand(*batch, k, k).clone()
-        cos, sin = torch.cos(theta), torch.sin(theta)
+        if self.quarter_turns:
+            q = torch.randint(0, 4, (*batch, n_planes), generator=generator)
+            cos = torch.tensor([1.0, 0.0, -1.0, 0.0], dtype=dtype)[q]  # exact cos(qπ/2)
+            sin = torch.tensor([0.0, 1.0, 0.0, -1.0], dtype=dtype)[q]
+        else:
+            u = torch.rand(*batch, n_planes, generator=generator, dtype=dtype)  # [*batch, n]
+            theta = 2 * math.pi * u
+            cos, sin = torch.cos(theta), torch.sin(theta)
         for p, (i, j) in enumerate(self.planes):
             A[..., i, i] = cos[..., p]
             A[..., i, j] = -sin[..., p]
@@ -247,7 +259,11 @@ class Torus(Group):
             det = A[..., i, i] * A[..., j, j] - A[..., i, j] * A[..., j, i]
             ok = ok & cos_ok & sin_ok & ((det - 1).abs() <= atol)
         off = ((A - _eye_like(A)).abs() <= atol) | in_blocks
-        return ok & off.all(dim=-1).all(dim=-1)
+        ok = ok & off.all(dim=-1).all(dim=-1)
+        if self.quarter_turns:
+            mag = A.abs()
+            ok = ok & ((mag <= atol) | ((mag - 1).abs() <= atol)).all(dim=-1).all(dim=-1)
+        return ok
 
 
 def _check_planes(planes: object, k: int) -> tuple[tuple[int, int], ...]:
@@ -309,6 +325,53 @@ class GeneralLinear(Group):
 
 
 @dataclass(frozen=True)
+class Permutation(Group):
+    """Permutation matrices (``k!`` elements): the hidden-unit symmetry of an MLP.
+
+    Row ``i`` of a sample has its single 1 in column ``π(i)``, ``π`` uniform.
+    """
+
+    name: ClassVar[str] = "permutation"
+    is_orthogonal: ClassVar[bool] = True
+
+    def _sample(self, generator, dtype, batch):
+        keys = torch.rand(*batch, self.k, generator=generator, dtype=torch.float64)
+        perm = torch.argsort(keys, dim=-1)  # [*batch, k]
+        return torch.nn.functional.one_hot(perm, self.k).to(dtype)
+
+    def _contains(self, A, atol):
+        near_one = (A - 1).abs() <= atol
+        entries_ok = ((A.abs() <= atol) | near_one).all(dim=-1).all(dim=-1)
+        return _is_orthogonal(A, atol) & entries_ok & (near_one.sum(dim=-1) == 1).all(dim=-1)
+
+
+@dataclass(frozen=True)
+class PositiveMonomial(Group):
+    """Permutations times positive diagonal scalings, ``A = P D``: the ReLU MLP symmetry.
+
+    ``relu(x W P D) = relu(x W) P D`` for ``D > 0``. Samples draw ``π`` uniform and the scales
+    log-uniform in ``[1/2, 2]``. Not orthogonal: the action is ``(U A, V A⁻ᵀ)``.
+    """
+
+    name: ClassVar[str] = "positive-monomial"
+    is_orthogonal: ClassVar[bool] = False
+
+    def _sample(self, generator, dtype, batch):
+        keys = torch.rand(*batch, self.k, generator=generator, dtype=torch.float64)
+        perm = torch.argsort(keys, dim=-1)
+        u = torch.rand(*batch, self.k, generator=generator, dtype=dtype)
+        scales = torch.exp((2 * u - 1) * math.log(2.0))  # [*batch, k] in [1/2, 2]
+        return torch.nn.functional.one_hot(perm, self.k).to(dtype) * scales.unsqueeze(-1)
+
+    def _contains(self, A, atol):
+        nonzero = A.abs() > atol
+        positive = (A >= -atol).all(dim=-1).all(dim=-1)
+        one_per_row = (nonzero.sum(dim=-1) == 1).all(dim=-1)
+        one_per_col = (nonzero.sum(dim=-2) == 1).all(dim=-1)
+        return positive & one_per_row & one_per_col
+
+
+@dataclass(frozen=True)
 class Trivial(Group):
     """The trivial group {I}: the control with no gauge (the identity twin)."""
 
@@ -324,7 +387,16 @@ class Trivial(Group):
 
 GROUPS: dict[str, type[Group]] = {
     cls.name: cls
-    for cls in (Orthogonal, SpecialOrthogonal, SignedPermutation, Torus, GeneralLinear, Trivial)
+    for cls in (
+        Orthogonal,
+        SpecialOrthogonal,
+        SignedPermutation,
+        Torus,
+        GeneralLinear,
+        Permutation,
+        PositiveMonomial,
+        Trivial,
+    )
 }
 """Registry: kebab-case name → group class."""
 

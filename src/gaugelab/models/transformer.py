@@ -1,0 +1,380 @@
+"""A configurable decoder-only Transformer, one component per definition, top to bottom.
+
+Layout conventions (TransformerLens): per-head weights multiply on the right (``q = x W_Q[h]``);
+inside an ``nn.Linear`` (weight ``[out, in]``) head ``h`` is rows ``h·d_head:(h+1)·d_head``.
+Shape comments use B batch, T positions, H query heads, G key/value heads, D d_head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gaugelab.models.config import TransformerConfig
+
+# --- Normalization (Definitions 17 and 19) -------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    """``γ ⊙ z / √(mean(z²) + ε)`` over the last dim. Source: zhang2019root, eq. (4)."""
+
+    def __init__(self, d: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
+def make_norm(config: TransformerConfig, d: int) -> nn.Module:
+    """The configured normalization operator on width ``d`` (LayerNorm is ``nn.LayerNorm``)."""
+    if config.normalization == "layernorm":
+        return nn.LayerNorm(d, eps=config.norm_eps)
+    if config.normalization == "rmsnorm":
+        return RMSNorm(d, config.norm_eps)
+    return nn.Identity()
+
+
+# --- Positions (Definition 3, Remark 4) -----------------------------------------------------
+
+
+def sinusoidal_positions(n_ctx: int, d: int) -> torch.Tensor:
+    """``[n_ctx, d]`` table ``sin(t/10000^{2i/d})`` (even dims), ``cos`` (odd dims)."""
+    t = torch.arange(n_ctx, dtype=torch.float64).unsqueeze(1)  # [T, 1]
+    freq = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # [ceil(d/2)]
+    table = torch.zeros(n_ctx, d, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(t * freq)
+    table[:, 1::2] = torch.cos(t * freq)[:, : d // 2]
+    return table
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi head slopes: ``2^{−8h/n}`` for a power of two ``n``, interleaved otherwise.
+
+    Source: press2021train, §3.
+    """
+
+    def power_of_two(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return torch.tensor(power_of_two(n_heads), dtype=torch.float64)
+    closest = 2 ** math.floor(math.log2(n_heads))
+    extra = alibi_slopes(2 * closest)[0::2][: n_heads - closest]
+    return torch.cat([torch.tensor(power_of_two(closest), dtype=torch.float64), extra])
+
+
+def alibi_bias(slopes: torch.Tensor, T: int, causal: bool) -> torch.Tensor:
+    """``[H, T, T]`` score bias ``−m_h (t − s)`` (``−m_h |t − s|`` without the causal mask)."""
+    t = torch.arange(T, device=slopes.device)
+    offset = (t.unsqueeze(1) - t.unsqueeze(0)).to(slopes.dtype)  # [T, T], t − s
+    bias = -slopes.view(-1, 1, 1) * offset.abs()
+    if causal:
+        bias = bias.masked_fill(offset < 0, float("-inf"))
+    return bias
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding on queries/keys ``[..., T, D]``.
+
+    Plane ``i`` (``(i, i + D/2)`` for ``halves``, ``(2i, 2i+1)`` for ``adjacent``) turns by
+    ``t·θ_i`` with ``θ_i = base^{−2i/D}``. Source: su2021roformer, §3.2, eqs. (14)–(16).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        half = config.d_head // 2
+        theta = config.rope_base ** (-torch.arange(half, dtype=torch.float64) * 2 / config.d_head)
+        angle = torch.arange(config.n_ctx, dtype=torch.float64).unsqueeze(1) * theta  # [T, D/2]
+        self.register_buffer("cos", torch.cos(angle), persistent=False)
+        self.register_buffer("sin", torch.sin(angle), persistent=False)
+        self.pairing = config.rope_pairing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        T = x.shape[-2]
+        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)  # [T, D/2]
+        if self.pairing == "halves":
+            x1, x2 = x.chunk(2, dim=-1)
+            return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+# --- Attention (Definitions 5, 6, 8, 10; Remark 11) ----------------------------------------
+
+
+def attention_weights(
+    q: torch.Tensor, k: torch.Tensor, *, causal: bool, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``softmax(q kᵀ/√D + M + bias)`` for ``q`` ``[..., Tq, D]``, ``k`` ``[..., Tk, D]``.
+
+    Returns ``[..., Tq, Tk]``; with ``causal`` the future keys get weight exactly 0.
+    Source: vaswani2017attention, eq. (1) and §3.2.3.
+    """
+    scores = q @ k.mT / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
+    if causal:
+        Tq, Tk = scores.shape[-2:]
+        future = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+class Attention(nn.Module):
+    """Multi-head (or grouped-query) self-attention with W_O.
+
+    Projections ``q_proj [H·D, d]``, ``k_proj``/``v_proj`` ``[G·D, d]``, ``o_proj [d, H·D]``;
+    query head ``h`` reads key/value head ``h // (H/G)``. Optional per-head qk-norm gains
+    ``q_norm [H, D]``, ``k_norm [G, D]`` (RMSNorm over each head's vector).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        c = config
+        self.config = c
+        H, G, D = c.n_heads, c.kv_heads, c.d_head
+        self.q_proj = nn.Linear(c.d_model, H * D, bias=c.attn_bias)
+        self.k_proj = nn.Linear(c.d_model, G * D, bias=c.attn_bias)
+        self.v_proj = nn.Linear(c.d_model, G * D, bias=c.attn_bias)
+        self.o_proj = nn.Linear(H * D, c.d_model, bias=c.attn_bias)
+        if c.qk_norm:
+            self.q_norm = nn.Parameter(torch.ones(H, D))
+            self.k_norm = nn.Parameter(torch.ones(G, D))
+        self.rotary = Rotary(c) if c.positional == "rope" else None
+        if c.positional == "alibi":
+            self.register_buffer("slopes", alibi_slopes(H), persistent=False)
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, n, self.config.d_head).transpose(1, 2)  # [B, n, T, D]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        B, T, _ = x.shape
+        q = self._heads(self.q_proj(x), c.n_heads)  # [B, H, T, D]
+        k = self._heads(self.k_proj(x), c.kv_heads)  # [B, G, T, D]
+        v = self._heads(self.v_proj(x), c.kv_heads)  # [B, G, T, D]
+        if c.qk_norm:
+            q = F.rms_norm(q, (c.d_head,), None, c.norm_eps) * self.q_norm.unsqueeze(1)
+            k = F.rms_norm(k, (c.d_head,), None, c.norm_eps) * self.k_norm.unsqueeze(1)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        if c.group_size > 1:
+            k = k.repeat_interleave(c.group_size, dim=1)  # [B, H, T, D]
+            v = v.repeat_interleave(c.group_size, dim=1)
+        mask, is_causal = None, c.causal
+        if c.positional == "alibi":
+            mask, is_causal = alibi_bias(self.slopes.to(x.dtype), T, c.causal), False
+        z = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, scale=c.d_head**-0.5
+        )  # [B, H, T, D]
+        return self.o_proj(z.transpose(1, 2).reshape(B, T, c.n_heads * c.d_head))
+
+
+# --- Feed-forward and mixture of experts (Definitions 12, 13) ------------------------------
+
+
+class MLP(nn.Module):
+    """``φ(x W_in + b_in) W_out + b_out``; swiglu: ``(silu(x W_gate) ⊙ x W_in) W_out``."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        c = config
+        self.act_fn = c.act_fn
+        self.fc_in = nn.Linear(c.d_model, c.d_mlp, bias=c.mlp_bias)
+        if c.act_fn == "swiglu":
+            self.fc_gate = nn.Linear(c.d_model, c.d_mlp, bias=c.mlp_bias)
+        self.fc_out = nn.Linear(c.d_mlp, c.d_model, bias=c.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc_in(x)
+        if self.act_fn == "swiglu":
+            h = F.silu(self.fc_gate(x)) * h
+        else:
+            h = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[self.act_fn](h)
+        return self.fc_out(h)
+
+
+def top_k_experts(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices ``[N, k]`` of the ``k`` largest scores per row, ties broken by lower index."""
+    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+class MixtureOfExperts(nn.Module):
+    """Sparse top-k MoE: ``Σ_{j ∈ S_k(z)} softmax_{S_k}(g(z))_j F_j(z)`` (+ a shared expert).
+
+    Only the selected experts run on each token. Source: Definition 13 (shazeer2017outrageously).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.k = config.experts_per_token
+        self.router = nn.Linear(config.d_model, config.num_experts, bias=False)
+        self.experts = nn.ModuleList(MLP(config) for _ in range(config.num_experts))
+        self.shared = MLP(config) if config.shared_expert else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])  # [N, d]
+        scores = self.router(flat)  # [N, J]
+        chosen = top_k_experts(scores, self.k)  # [N, k]
+        alpha = torch.softmax(scores.gather(-1, chosen), dim=-1)  # [N, k]
+        out = torch.zeros_like(flat)
+        for j, expert in enumerate(self.experts):
+            rows, slot = (chosen == j).nonzero(as_tuple=True)
+            if rows.numel():
+                out = out.index_add(0, rows, alpha[rows, slot, None] * expert(flat[rows]))
+        if self.shared is not None:
+            out = out + self.shared(flat)
+        return out.view_as(x)
+
+
+# --- Blocks and the model (Definitions 16, 18, 21) -----------------------------------------
+
+
+class Block(nn.Module):
+    """One decoder layer: attention and MLP sublayers with residuals, pre- or post-norm."""
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.pre = config.norm_placement == "pre"
+        self.ln1 = make_norm(config, config.d_model)
+        self.attn = Attention(config)
+        self.ln2 = make_norm(config, config.d_model)
+        self.mlp = MixtureOfExperts(config) if config.num_experts else MLP(config)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre:
+            x = x + self.attn(self.ln1(x))
+            return x + self.mlp(self.ln2(x))
+        x = self.ln1(x + self.attn(x))
+        return self.ln2(x + self.mlp(x))
+
+
+class Transformer(nn.Module):
+    """Decoder-only Transformer: tokens ``[B, T]`` (long) → logits ``[B, T, d_vocab_out]``.
+
+    Args:
+        config: the architecture.
+        seed: seeds the initialisation (through a private RNG; global state is untouched).
+        dtype: parameter dtype (float32 or float64).
+
+    Raises:
+        ValueError: (from ``forward``) tokens outside the vocabulary or longer than ``n_ctx``.
+
+    Source: phuong2022formal, §6 (decoder-only Transformer); vaswani2017attention, §3.
+    """
+
+    def __init__(
+        self, config: TransformerConfig, *, seed: int = 0, dtype: torch.dtype = torch.float32
+    ) -> None:
+        super().__init__()
+        c = self.config = config
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.embed = nn.Embedding(c.d_vocab, c.d_model)
+            if c.positional == "learned":
+                self.W_pos = nn.Parameter(0.02 * torch.randn(c.n_ctx, c.d_model))
+            elif c.positional == "sinusoidal":
+                self.register_buffer("W_pos", sinusoidal_positions(c.n_ctx, c.d_model))
+            self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layers))
+            self.ln_final = make_norm(c, c.d_model) if c.norm_placement == "pre" else None
+            if not c.tie_embeddings:
+                bound = 1 / math.sqrt(c.d_model)
+                self.W_U = nn.Parameter(torch.empty(c.d_model, c.vocab_out).uniform_(-bound, bound))
+            self.b_U = nn.Parameter(torch.zeros(c.vocab_out)) if c.unembed_bias else None
+        if c.init_std is not None:
+            self._init_normal(c.init_std, seed)
+        self.to(dtype)
+
+    def _init_normal(self, std: float, seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                leaf = name.rsplit(".", 1)[-1]
+                if leaf in ("bias", "b_U"):
+                    p.zero_()
+                elif p.dim() == 1 or leaf in ("q_norm", "k_norm"):  # normalization gains
+                    p.fill_(1.0)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=gen) * std)
+
+    @property
+    def W_E(self) -> torch.Tensor:
+        """Token embedding ``[d_vocab, d_model]``."""
+        return self.embed.weight
+
+    def unembed_matrix(self) -> torch.Tensor:
+        """``[d_model, d_vocab_out]`` (the embedding transposed when tied)."""
+        return self.embed.weight.T if self.config.tie_embeddings else self.W_U
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        if tokens.dim() != 2 or tokens.shape[1] > c.n_ctx:
+            raise ValueError(
+                f"Transformer: tokens shape {tuple(tokens.shape)}; allowed: [batch, pos] with "
+                f"pos <= n_ctx={c.n_ctx}"
+            )
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= c.d_vocab):
+            raise ValueError(f"Transformer: token ids must lie in [0, {c.d_vocab})")
+        x = self.embed(tokens)  # [B, T, d]
+        if c.positional in ("learned", "sinusoidal"):
+            x = x + self.W_pos[: tokens.shape[1]].to(x.dtype)
+        for block in self.blocks:
+            x = block(x)
+        if self.ln_final is not None:
+            x = self.ln_final(x)
+        logits = x @ self.unembed_matrix()  # [B, T, V]
+        return logits if self.b_U is None else logits + self.b_U
+
+    # --- per-head views (TransformerLens layout) ---
+
+    def _stack(self, name: str, n: int) -> torch.Tensor:
+        D, d = self.config.d_head, self.config.d_model
+        mats = [getattr(b.attn, name).weight.view(n, D, d).transpose(1, 2) for b in self.blocks]
+        return torch.stack(mats)  # [L, n, d, D]
+
+    @property
+    def W_Q(self) -> torch.Tensor:
+        """``[n_layers, n_heads, d_model, d_head]``."""
+        return self._stack("q_proj", self.config.n_heads)
+
+    @property
+    def W_K(self) -> torch.Tensor:
+        """``[n_layers, n_key_value_heads, d_model, d_head]``."""
+        return self._stack("k_proj", self.config.kv_heads)
+
+    @property
+    def W_V(self) -> torch.Tensor:
+        """``[n_layers, n_key_value_heads, d_model, d_head]``."""
+        return self._stack("v_proj", self.config.kv_heads)
+
+    @property
+    def W_O(self) -> torch.Tensor:
+        """``[n_layers, n_heads, d_head, d_model]``."""
+        c = self.config
+        return torch.stack(
+            [
+                b.attn.o_proj.weight.view(c.d_model, c.n_heads, c.d_head).permute(1, 2, 0)
+                for b in self.blocks
+            ]
+        )
+
+    def kv_head(self, h: int) -> int:
+        """The key/value head read by query head ``h``."""
+        return h // self.config.group_size
+
+    def qk_invariant(self, layer: int) -> torch.Tensor:
+        """``W_Q[h] W_K[kv(h)]ᵀ`` for every head of ``layer``: ``[n_heads, d_model, d_model]``."""
+        Wq = self.W_Q[layer]  # [H, d, D]
+        Wk = self.W_K[layer].repeat_interleave(self.config.group_size, dim=0)  # [H, d, D]
+        return Wq @ Wk.mT
+
+    def ov_invariant(self, layer: int) -> torch.Tensor:
+        """``W_V[kv(h)] W_O[h]`` for every head of ``layer``: ``[n_heads, d_model, d_model]``."""
+        Wv = self.W_V[layer].repeat_interleave(self.config.group_size, dim=0)  # [H, d, D]
+        return Wv @ self.W_O[layer]
