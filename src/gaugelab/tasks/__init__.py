@@ -1,5 +1,30 @@
-"""Tasks: deterministic problem instances given a seed."""
+"""Tasks: deterministic problem instances given a seed.
 
-from gaugelab.tasks.sensing import MatrixSensing, factor_init, make_sensing
+* :class:`MatrixSensing` — the matrix-sensing testbed (PROTOCOLS §3), on the functional core
+  :func:`make_sensing` / :class:`SensingInstance` / :func:`factor_init`, with the metrics
+  :func:`effective_rank` and :func:`balancedness`;
+* :class:`ModularArithmetic` — ``(a op b) mod p`` tables (PROTOCOLS §5);
+* :class:`CharText` — character-level text windows with a seeded minibatch stream.
+"""
 
-__all__ = ["MatrixSensing", "factor_init", "make_sensing"]
+from gaugelab.tasks.modular import ModularArithmetic
+from gaugelab.tasks.sensing import (
+    MatrixSensing,
+    SensingInstance,
+    balancedness,
+    effective_rank,
+    factor_init,
+    make_sensing,
+)
+from gaugelab.tasks.text import CharText
+
+__all__ = [
+    "CharText",
+    "MatrixSensing",
+    "ModularArithmetic",
+    "SensingInstance",
+    "balancedness",
+    "effective_rank",
+    "factor_init",
+    "make_sensing",
+]

@@ -1,0 +1,162 @@
+"""gaugelab.tasks.text: CharText on tiny-shakespeare — vocabulary, split, and a seeded
+minibatch stream that two consumers can share."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gaugelab.tasks import CharText
+
+SHAKESPEARE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tinyshakespeare.txt"
+needs_data = pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"{SHAKESPEARE} not present")
+
+
+@pytest.fixture(scope="module")
+def text():
+    return CharText(SHAKESPEARE, block_size=64)
+
+
+@needs_data
+def test_tinyshakespeare_sha256_prefix_and_suffix(text):
+    assert text.sha256.startswith("86c4e6aa")
+    assert text.sha256.endswith("65ed")
+    assert len(text.sha256) == 64
+
+
+@needs_data
+def test_tinyshakespeare_has_65_characters(text):
+    assert text.d_vocab == len(text.chars) == 65
+    assert list(text.chars) == sorted(text.chars)
+
+
+@needs_data
+def test_tinyshakespeare_split_is_1003854_train_111540_val(text):
+    # N = 1,115,394 characters; int(0.9 · N) = int(1003854.6) = 1,003,854
+    assert text.n_chars == 1_115_394
+    assert text.train_data.shape == (1_003_854,)
+    assert text.val_data.shape == (111_540,)
+    assert text.train_data.dtype == torch.long
+
+
+@needs_data
+def test_decode_inverts_encode(text):
+    s = "First Citizen:\nBefore we proceed any further, hear me speak."
+    assert text.decode(text.encode(s)) == s
+    assert text.decode(text.train_data[:200]) == SHAKESPEARE.read_text("utf-8")[:200]
+
+
+@needs_data
+def test_same_seed_gives_identical_batches(text):
+    first = list(text.batches(8, seed=5, steps=4))
+    second = text.batches(8, seed=5)
+    for x, y in first:
+        x2, y2 = next(second)
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+@needs_data
+def test_different_seeds_give_different_batches(text):
+    (x1, _), (x2, _) = next(text.batches(8, seed=5)), next(text.batches(8, seed=6))
+    assert not torch.equal(x1, x2)
+
+
+@needs_data
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_targets_are_inputs_shifted_by_one(text, split):
+    x, y = text.get_batch(split, 16, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (16, 64)
+    assert x.dtype == y.dtype == torch.long
+    assert torch.equal(y[:, :-1], x[:, 1:])
+    data = text.data(split)
+    offsets = torch.randint(data.numel() - 64, (16,), generator=torch.Generator().manual_seed(0))
+    for o, row_x, row_y in zip(offsets.tolist(), x, y, strict=True):
+        assert torch.equal(row_x, data[o : o + 64])
+        assert torch.equal(row_y, data[o + 1 : o + 65])
+
+
+@needs_data
+def test_batches_is_get_batch_with_a_seeded_generator(text):
+    g = torch.Generator().manual_seed(9)
+    for x, y in text.batches(4, seed=9, split="val", steps=3):
+        xe, ye = text.get_batch("val", 4, g)
+        assert torch.equal(x, xe) and torch.equal(y, ye)
+
+
+def test_small_file_vocabulary_and_split(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("hello world, é!", encoding="utf-8")
+    t = CharText(path, block_size=1, split=0.5)
+    assert "".join(t.chars) == "".join(sorted(set("hello world, é!")))
+    assert t.decode(t.train_data) + t.decode(t.val_data) == "hello world, é!"
+    assert t.n_ctx == t.block_size == 1
+
+
+def test_file_is_read_once(tmp_path, monkeypatch):
+    path = tmp_path / "t.txt"
+    path.write_text("abcdefghij" * 10, encoding="utf-8")
+    reads = []
+    original = Path.read_bytes
+
+    def counting(self):
+        reads.append(self)
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", counting)
+    monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("read_text called"))
+    monkeypatch.setattr("builtins.open", lambda *a, **k: pytest.fail("open called"))
+    t = CharText(path, block_size=4)
+    next(t.batches(2, seed=0))
+    t.get_batch("val", 2, torch.Generator().manual_seed(1))
+    assert len(reads) == 1
+
+
+def test_missing_file_raises_naming_the_path(tmp_path):
+    missing = tmp_path / "nope.txt"
+    with pytest.raises(FileNotFoundError, match=r"nope\.txt"):
+        CharText(missing, block_size=4)
+
+
+def test_empty_file_raises_value_error(tmp_path):
+    path = tmp_path / "empty.txt"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match=r"empty\.txt.*empty"):
+        CharText(path, block_size=4)
+
+
+def test_non_utf8_file_raises_value_error(tmp_path):
+    path = tmp_path / "latin.txt"
+    path.write_bytes(b"caf\xe9 " * 10)
+    with pytest.raises(ValueError, match="not UTF-8"):
+        CharText(path, block_size=4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"block_size": 0}, "block_size=0.*>= 1"),
+        ({"block_size": 10}, r"block_size=10.*< 10"),  # 100 chars, split 0.9 → 10 val chars
+        ({"block_size": 2.5}, "block_size=2.5"),
+        ({"block_size": 4, "split": 0.0}, r"split=0.0.*\(0, 1\)"),
+        ({"block_size": 4, "split": 1.0}, r"split=1.0.*\(0, 1\)"),
+    ],
+)
+def test_bad_arguments_raise_value_error_naming_them(tmp_path, kwargs, match):
+    path = tmp_path / "t.txt"
+    path.write_text("abcdefghij" * 10, encoding="utf-8")
+    with pytest.raises(ValueError, match=match):
+        CharText(path, **kwargs)
+
+
+def test_bad_batch_arguments_raise(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("abcdefghij" * 10, encoding="utf-8")
+    t = CharText(path, block_size=4)
+    with pytest.raises(ValueError, match="split='test'"):
+        t.batches(2, seed=0, split="test")
+    with pytest.raises(ValueError, match="batch_size=0"):
+        t.get_batch("train", 0, torch.Generator())
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        t.encode("xyz")
+    with pytest.raises(ValueError, match="id 10"):
+        t.decode([10])
