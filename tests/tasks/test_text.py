@@ -8,29 +8,23 @@ import torch
 
 from gaugelab.tasks import CharText
 
-SHAKESPEARE = Path(__file__).resolve().parents[3] / "shared" / "data" / "tinyshakespeare.txt"
-needs_data = pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"{SHAKESPEARE} not present")
-
 
 @pytest.fixture(scope="module")
-def text():
-    return CharText(SHAKESPEARE, block_size=64)
+def text(shakespeare):
+    return CharText(shakespeare, block_size=64)
 
 
-@needs_data
 def test_tinyshakespeare_sha256_prefix_and_suffix(text):
     assert text.sha256.startswith("86c4e6aa")
     assert text.sha256.endswith("65ed")
     assert len(text.sha256) == 64
 
 
-@needs_data
 def test_tinyshakespeare_has_65_characters(text):
     assert text.d_vocab == len(text.chars) == 65
     assert list(text.chars) == sorted(text.chars)
 
 
-@needs_data
 def test_tinyshakespeare_split_is_1003854_train_111540_val(text):
     # N = 1,115,394 characters; int(0.9 · N) = int(1003854.6) = 1,003,854
     assert text.n_chars == 1_115_394
@@ -39,14 +33,12 @@ def test_tinyshakespeare_split_is_1003854_train_111540_val(text):
     assert text.train_data.dtype == torch.long
 
 
-@needs_data
-def test_decode_inverts_encode(text):
+def test_decode_inverts_encode(text, shakespeare):
     s = "First Citizen:\nBefore we proceed any further, hear me speak."
     assert text.decode(text.encode(s)) == s
-    assert text.decode(text.train_data[:200]) == SHAKESPEARE.read_text("utf-8")[:200]
+    assert text.decode(text.train_data[:200]) == shakespeare.read_text("utf-8")[:200]
 
 
-@needs_data
 def test_same_seed_gives_identical_batches(text):
     first = list(text.batches(8, seed=5, steps=4))
     second = text.batches(8, seed=5)
@@ -55,13 +47,11 @@ def test_same_seed_gives_identical_batches(text):
         assert torch.equal(x, x2) and torch.equal(y, y2)
 
 
-@needs_data
 def test_different_seeds_give_different_batches(text):
     (x1, _), (x2, _) = next(text.batches(8, seed=5)), next(text.batches(8, seed=6))
     assert not torch.equal(x1, x2)
 
 
-@needs_data
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_targets_are_inputs_shifted_by_one(text, split):
     x, y = text.get_batch(split, 16, torch.Generator().manual_seed(0))
@@ -75,7 +65,6 @@ def test_targets_are_inputs_shifted_by_one(text, split):
         assert torch.equal(row_y, data[o + 1 : o + 65])
 
 
-@needs_data
 def test_batches_is_get_batch_with_a_seeded_generator(text):
     g = torch.Generator().manual_seed(9)
     for x, y in text.batches(4, seed=9, split="val", steps=3):
