@@ -79,7 +79,8 @@ def test_sampled_gauge_elements_leave_the_logits_unchanged(config, seed):
     )
     twin = apply_gauge(model, elements)
     assert rel(twin(tokens), model(tokens)) <= 1e-12
-    assert rel(twin.W_Q, model.W_Q) > 1e-3  # the twin really is in another basis
+    trivial = torch.equal(elements.qk, head_gauge(config).identity())  # small finite groups
+    assert trivial or rel(twin.W_Q, model.W_Q) > 1e-3  # the twin really is in another basis
 
 
 @settings(max_examples=30, deadline=None)

@@ -92,7 +92,11 @@ def check(
         str, typer.Option(help=f"Gauge group: {', '.join(sorted(GROUPS))}.")
     ] = "orthogonal",
     problem: Annotated[
-        str, typer.Option(help="'sensing' (n=6, k=3, rank 2, m=20) or 'quadratic'.")
+        str,
+        typer.Option(
+            help="'sensing' (U Vᵀ, n=6, k=3, rank 2, m=20), 'quadratic', or 'attention' "
+            "(a small Transformer with its head gauge: logits and QK invariants compared)."
+        ),
     ] = "sensing",
     steps: Annotated[int, typer.Option(help="Optimizer steps per run.", min=1)] = 10,
     draws: Annotated[int, typer.Option(help="Independent group elements.", min=1)] = 3,

@@ -6,8 +6,9 @@ The base run starts from factors ``(U₀, V₀)``; from the same (zero) optimize
 * the *identity twin* (``A = I``): any difference from the base is nondeterminism,
 * the *noise twin* ``(U₀, V₀) + noise_scale · randn``: the floor set by round-off amplification.
 
-The represented matrices ``W = U Vᵀ`` are gauge-invariant, so each twin is compared with the
-base by ``‖W̃_t − W_t‖_F / ‖W_t‖_F`` after every step.
+The represented objects (``W = U Vᵀ``; for the attention problem the logits and QK invariants)
+are gauge-invariant, so each twin is compared with the base by their relative Frobenius
+distance after every step (see ``gaugelab.equivariance.problems``).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from gaugelab.gauge import GROUPS, Group, act, make_group, represented
+from gaugelab.equivariance.problems import make_problem
+from gaugelab.gauge import GROUPS, Group, make_group
 from gaugelab.optim import OPTIMIZERS, claim, make_optimizer
-from gaugelab.tasks import factor_init, make_sensing
 
 EQUIVARIANT = "equivariant"
 BREAKS = "breaks"
@@ -30,12 +31,9 @@ PRECISION_LIMITED = "precision-limited"
 NONDETERMINISTIC = "nondeterministic"
 INCONCLUSIVE = "inconclusive"
 
-PROBLEMS = ("sensing", "quadratic")
 TWINS = ("gauge", "identity", "noise")
 DEFAULT_LR = 3e-2  # PROTOCOLS §2: every identity runs at η = 3e-2 unless the caller says otherwise
 
-# The PROTOCOLS §2 problem: n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3.
-_N, _K, _RANK, _M, _SCALE = 6, 3, 2, 20, 0.3
 
 _KNOWN_CAUSES = {
     "torch.optim.Muon": (
@@ -58,8 +56,8 @@ class EquivarianceReport:
         problem, dtype, steps, draws, seed, noise_scale: the declared setting.
         distances: twin → ``[draws][steps]`` relative Frobenius distance of represented
             matrices (step t = index t − 1).
-        factor_distances: ``[draws][steps]`` relative distance between the gauge twin's factors
-            aligned back by ``A⁻¹`` and the base factors.
+        factor_distances: ``[draws][steps]`` relative distance between the gauge twin's
+            parameters aligned back by ``A⁻¹`` and the base parameters.
         moved: relative change of the base represented matrix over the run (a check that
             the parameters genuinely moved).
         tolerance: the ``equivariant`` threshold used for this dtype.
@@ -147,30 +145,20 @@ def resolve_optimizer(
     return name, lambda params: cls(params, **hyper)
 
 
-def _problem(problem: str, dtype: torch.dtype, seed: int):
-    sensing = make_sensing(_N, _RANK, _M, seed=seed, dtype=dtype)
-    U0, V0 = factor_init(_N, _K, seed=seed + 7, scale=_SCALE, dtype=dtype)
-    if problem == "sensing":
-        return U0, V0, lambda U, V: sensing.loss(represented(U, V))
-    target = sensing.target
-    return U0, V0, lambda U, V: 0.5 * ((represented(U, V) - target) ** 2).sum()
-
-
-def _run(factory, loss_fn, U0, V0, steps):
-    U = U0.clone().requires_grad_(True)
-    V = V0.clone().requires_grad_(True)
-    opt = factory([U, V])
+def _run(factory, problem, initial: list[torch.Tensor], steps: int):
+    params = [p.clone().requires_grad_(True) for p in initial]
+    opt = factory(params)
 
     def closure():
         opt.zero_grad()
-        loss = loss_fn(U, V)
+        loss = problem.loss(params)
         loss.backward()
         return loss
 
     trajectory = []
     for _ in range(steps):
         opt.step(closure)
-        trajectory.append((U.detach().clone(), V.detach().clone()))
+        trajectory.append([p.detach().clone() for p in params])
     return trajectory
 
 
@@ -213,10 +201,12 @@ def check_equivariance(
         optimizer: a zoo name (``"muon"``), a ``torch.optim.Optimizer`` subclass, or the
             string ``"package.module:Class"``.
         group: a group name (``orthogonal``, ``special-orthogonal``, ``signed-permutation``,
-            ``torus``, ``general-linear``, ``trivial``) or a :class:`gaugelab.gauge.Group` on
-            k = 3.
-        problem: ``"sensing"`` (n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3) or
-            ``"quadratic"`` (``½‖U Vᵀ − X*‖²_F`` with the same ``X*`` and factors).
+            ``torus``, ``general-linear``, ``trivial``, …) or a :class:`gaugelab.gauge.Group`
+            on the problem's k.
+        problem: ``"sensing"`` (n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3),
+            ``"quadratic"`` (``½‖U Vᵀ − X*‖²_F`` with the same ``X*`` and factors), or
+            ``"attention"`` (a one-layer Transformer on addition mod 7 whose heads carry the
+            gauge; represented objects: logits and QK invariants; k = d_head = 4).
         steps: optimizer steps per run, ≥ 1.
         dtype: ``torch.float64`` (certification) or ``torch.float32``.
         draws: independent group elements, ≥ 1.
@@ -239,8 +229,6 @@ def check_equivariance(
 
     Source: singh2026lossbasis, Def. 3.1 (gauge equivariance) and §6 (the twin triplet).
     """
-    if problem not in PROBLEMS:
-        raise ValueError(f"check_equivariance: problem={problem!r}; allowed: {', '.join(PROBLEMS)}")
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"check_equivariance: dtype={dtype}; allowed: float32, float64")
     for name, value in (("steps", steps), ("draws", draws)):
@@ -252,39 +240,37 @@ def check_equivariance(
         raise ValueError(f"check_equivariance: noise_scale={noise_scale!r}; allowed: > 0")
     hyper.setdefault("lr", DEFAULT_LR)
     name, factory = resolve_optimizer(optimizer, hyper)
-    G = _group(group, _K)
-    U0, V0, loss_fn = _problem(problem, dtype, seed)
+    task = make_problem(problem, dtype, seed)
+    G = _group(group, task.k)
+    initial = task.initial()
     gen = torch.Generator().manual_seed(seed + 1)
 
-    base = _run(factory, loss_fn, U0, V0, steps)
-    base_W = [represented(U, V) for U, V in base]
-    identity_run = _run(factory, loss_fn, *act(U0, V0, G.identity(dtype)), steps)
+    def compare(run, reference):
+        return [task.distance(p, b) for p, b in zip(run, reference, strict=True)]
+
+    base = _run(factory, task, initial, steps)
+    identity_row = compare(
+        _run(factory, task, task.transform(initial, task.identity()), steps), base
+    )
     distances: dict[str, list[list[float]]] = {t: [] for t in TWINS}
     factor_distances = []
-    identity_row = [
-        _rel(represented(U, V), W) for (U, V), W in zip(identity_run, base_W, strict=True)
-    ]
     for _ in range(draws):
-        A = G.sample(gen, dtype)
-        gauge = _run(factory, loss_fn, *act(U0, V0, A), steps)
-        dU = noise_scale * torch.randn(U0.shape, generator=gen, dtype=dtype)
-        dV = noise_scale * torch.randn(V0.shape, generator=gen, dtype=dtype)
-        noise = _run(factory, loss_fn, U0 + dU, V0 + dV, steps)
-        A_inv = torch.linalg.inv(A)
-        distances["gauge"].append(
-            [_rel(represented(U, V), W) for (U, V), W in zip(gauge, base_W, strict=True)]
-        )
+        A = task.sample(G, gen)
+        gauge = _run(factory, task, task.transform(initial, A), steps)
+        noisy = [
+            p + noise_scale * torch.randn(p.shape, generator=gen, dtype=dtype) for p in initial
+        ]
+        distances["gauge"].append(compare(gauge, base))
         distances["identity"].append(list(identity_row))
-        distances["noise"].append(
-            [_rel(represented(U, V), W) for (U, V), W in zip(noise, base_W, strict=True)]
-        )
+        distances["noise"].append(compare(_run(factory, task, noisy, steps), base))
         factor_distances.append(
             [
-                _rel(torch.cat([U @ A_inv, V @ A.mT]), torch.cat([Ub, Vb]))
-                for (U, V), (Ub, Vb) in zip(gauge, base, strict=True)
+                _rel(torch.cat([x.flatten() for x in task.align(p, A)]),
+                     torch.cat([x.flatten() for x in b]))
+                for p, b in zip(gauge, base, strict=True)
             ]
-        )
-    moved = _rel(base_W[-1], represented(U0, V0))
+        )  # fmt: skip
+    moved = task.distance(base[-1], initial)
     tolerance = 1e-9 if dtype == torch.float64 else 1e-5
     report = EquivarianceReport(
         optimizer=name,

@@ -34,8 +34,10 @@ def _contragredient(M: torch.Tensor) -> torch.Tensor:
 
 
 def _move(kind: str, value, M: torch.Tensor, where: str):
-    if not isinstance(value, torch.Tensor) or kind == _INVARIANT:
+    if not isinstance(value, torch.Tensor):
         return value
+    if kind == _INVARIANT:  # a copy: the twin must not share in-place-updated state with its base
+        return value.clone()
     if kind == _COVARIANT:
         return value @ _contragredient(M)
     if kind == _CONGRUENCE:  # R = Σ GᵀG with G ↦ G M⁻ᵀ gives M⁻¹ R M⁻ᵀ (QᵀRQ when orthogonal)
@@ -53,7 +55,7 @@ def _move(kind: str, value, M: torch.Tensor, where: str):
                 f"action moves it under a non-permutation element and it is nonzero. Start the "
                 f"twin from a zero state, or use a signed permutation"
             )
-        return value
+        return value.clone()
     raise ValueError(f"transform_state: {where} declares unknown kind {kind!r}")
 
 
@@ -70,6 +72,8 @@ def transform_state(
     Shampoo's right accumulator and root by congruence (``Qᵀ R Q``), step counters, shared
     scalars and left accumulators unchanged. Per-coordinate statistics (Adam's ``v``, Adafactor's
     column statistics) move only under signed permutations; otherwise they must still be zero.
+    Every moved entry is a new tensor, so a twin whose optimizer was loaded from its base's
+    ``state_dict`` shares no state with the base afterwards.
 
     Args:
         optimizer: an optimizer that declares ``state_geometry(group) -> {key: kind}`` (every

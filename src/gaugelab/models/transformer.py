@@ -320,7 +320,11 @@ class Transformer(nn.Module):
                 f"pos <= n_ctx={c.n_ctx}"
             )
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= c.d_vocab):
-            raise ValueError(f"Transformer: token ids must lie in [0, {c.d_vocab})")
+            bad = int(tokens.min()) if int(tokens.min()) < 0 else int(tokens.max())
+            raise ValueError(
+                f"Transformer: token id {bad} is outside the vocabulary; allowed: ids in "
+                f"[0, {c.d_vocab}) (d_vocab={c.d_vocab})"
+            )
         x = self.embed(tokens)  # [B, T, d]
         if c.positional in ("learned", "sinusoidal"):
             x = x + self.W_pos[: tokens.shape[1]].to(x.dtype)
