@@ -103,6 +103,7 @@ class ZooMixin:
 
     rule_name: str = "zoo"
     state_kinds: dict[str, str] = {}
+    requires_matrices: bool = False  # every parameter must be [*members, m, n]
 
     def state_geometry(self, group: dict) -> dict[str, str]:
         """Map each state key of ``group``'s parameters to its transformation kind."""
@@ -134,6 +135,12 @@ class ZooMixin:
             if not p.is_floating_point():
                 raise ValueError(
                     f"{self.rule_name}: parameter {i} has dtype {p.dtype}; allowed: floating"
+                )
+            if self.requires_matrices and p.dim() - md != 2:
+                raise ValueError(
+                    f"{self.rule_name}: parameter {i} has shape {tuple(p.shape)} with "
+                    f"member_dims={md}; allowed: matrices [*members, m, n] — route vectors "
+                    f"(gains, biases) to another rule such as adam"
                 )
 
     def _evaluate(self, closure: Callable[[], torch.Tensor] | None) -> torch.Tensor | None:

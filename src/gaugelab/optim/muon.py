@@ -43,6 +43,7 @@ class Muon(ZooOptimizer):
 
     rule_name = "muon"
     state_kinds = {"momentum_buffer": COVARIANT, "step": INVARIANT}
+    requires_matrices = True
 
     def __init__(
         self,
@@ -74,17 +75,6 @@ class Muon(ZooOptimizer):
             shape_scaling=check_choice(owner, "shape_scaling", shape_scaling, SHAPE_SCALINGS),
         )
         super().__init__(params, defaults, member_dims)
-
-    def _check_group(self, group: dict) -> None:
-        super()._check_group(group)
-        md = group["member_dims"]
-        for i, q in enumerate(group["params"]):
-            if q.dim() - md != 2:
-                raise ValueError(
-                    f"{self.rule_name}: parameter {i} has shape {tuple(q.shape)} with "
-                    f"member_dims={md}; allowed: matrices [*members, m, n] — route vectors "
-                    f"(gains, biases) to adam"
-                )
 
     def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
         mu = group["momentum"]

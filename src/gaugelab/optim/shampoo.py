@@ -32,6 +32,7 @@ class Shampoo(ZooOptimizer):
     """
 
     rule_name = "shampoo"
+    requires_matrices = True
     state_kinds = {
         "left": INVARIANT,
         "left_root": INVARIANT,
@@ -60,16 +61,6 @@ class Shampoo(ZooOptimizer):
             clamp=check_range(owner, "clamp", clamp, low=0, low_open=True),
         )
         super().__init__(params, defaults, member_dims)
-
-    def _check_group(self, group: dict) -> None:
-        super()._check_group(group)
-        md = group["member_dims"]
-        for i, q in enumerate(group["params"]):
-            if q.dim() - md != 2:
-                raise ValueError(
-                    f"{self.rule_name}: parameter {i} has shape {tuple(q.shape)} with "
-                    f"member_dims={md}; allowed: matrices [*members, m, n]"
-                )
 
     def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
         damping, clamp = group["damping"], group["clamp"]
