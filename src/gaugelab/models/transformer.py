@@ -133,6 +133,8 @@ class Attention(nn.Module):
     ``q_norm [H, D]``, ``k_norm [G, D]`` (RMSNorm over each head's vector).
     """
 
+    use_sdpa = True
+
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         c = config
@@ -167,12 +169,13 @@ class Attention(nn.Module):
         if c.group_size > 1:
             k = k.repeat_interleave(c.group_size, dim=1)  # [B, H, T, D]
             v = v.repeat_interleave(c.group_size, dim=1)
-        mask, is_causal = None, c.causal
-        if c.positional == "alibi":
-            mask, is_causal = alibi_bias(self.slopes.to(x.dtype), T, c.causal), False
-        z = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=is_causal, scale=c.d_head**-0.5
-        )  # [B, H, T, D]
+        bias = alibi_bias(self.slopes.to(x.dtype), T, c.causal) if c.positional == "alibi" else None
+        if self.use_sdpa:
+            z = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, is_causal=c.causal and bias is None, scale=c.d_head**-0.5
+            )  # [B, H, T, D]
+        else:  # the same computation in plain ops, which vmap batches (SDPA has no batching rule)
+            z = attention_weights(q, k, causal=c.causal and bias is None, bias=bias) @ v
         return self.o_proj(z.transpose(1, 2).reshape(B, T, c.n_heads * c.d_head))
 
 
@@ -210,6 +213,8 @@ class MixtureOfExperts(nn.Module):
 
     Only the selected experts run on each token. Source: Definition 13 (shazeer2017outrageously).
     """
+
+    vmap_compatible = False  # routing is data-dependent: ensembles loop over members
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -274,6 +279,7 @@ class Transformer(nn.Module):
     ) -> None:
         super().__init__()
         c = self.config = config
+        self.check_inputs = True  # an ensemble validates once, outside vmap
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.embed = nn.Embedding(c.d_vocab, c.d_model)
@@ -312,9 +318,14 @@ class Transformer(nn.Module):
         """``[d_model, d_vocab_out]`` (the embedding transposed when tied)."""
         return self.embed.weight.T if self.config.tie_embeddings else self.W_U
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def validate_inputs(self, tokens: torch.Tensor, *, leading: int = 0) -> None:
+        """Check ``tokens`` ``[*leading, batch, pos]`` against the vocabulary and ``n_ctx``.
+
+        Raises:
+            ValueError: wrong rank, ``pos > n_ctx``, or an id outside ``[0, d_vocab)``.
+        """
         c = self.config
-        if tokens.dim() != 2 or tokens.shape[1] > c.n_ctx:
+        if tokens.dim() != 2 + leading or tokens.shape[-1] > c.n_ctx:
             raise ValueError(
                 f"Transformer: tokens shape {tuple(tokens.shape)}; allowed: [batch, pos] with "
                 f"pos <= n_ctx={c.n_ctx}"
@@ -325,6 +336,11 @@ class Transformer(nn.Module):
                 f"Transformer: token id {bad} is outside the vocabulary; allowed: ids in "
                 f"[0, {c.d_vocab}) (d_vocab={c.d_vocab})"
             )
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        if self.check_inputs:
+            self.validate_inputs(tokens)
         x = self.embed(tokens)  # [B, T, d]
         if c.positional in ("learned", "sinusoidal"):
             x = x + self.W_pos[: tokens.shape[1]].to(x.dtype)

@@ -1,0 +1,122 @@
+"""Run E copies of a model as one: parameters stacked on a leading member dimension.
+
+Built on ``torch.func`` (``stack_module_state``, ``functional_call``, ``vmap``). Gradients come
+from ordinary autograd on the sum of the member losses; members never interact, so an
+optimizer with ``member_dims=1`` steps all of them at once.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+
+def _slot(name: str) -> str:
+    return name.replace(".", "__")
+
+
+class Ensemble(nn.Module):
+    """E members of one architecture evaluated together.
+
+    Args:
+        models: E ≥ 1 modules of identical structure (parameter names and shapes).
+        vectorize: evaluate with ``vmap`` (True) or loop over members with
+            ``functional_call`` (False); None picks vmap unless a submodule declares
+            ``vmap_compatible = False`` (e.g. mixture-of-experts routing).
+
+    Attributes:
+        n_members: E.
+        names: parameter names of one member, in ``named_parameters`` order.
+
+    Raises:
+        ValueError: no models, or members whose parameter names, shapes or dtypes differ.
+
+    Source: the batched-ensemble pattern of ``torch.func`` (model ensembling).
+    """
+
+    def __init__(self, models: Sequence[nn.Module], *, vectorize: bool | None = None) -> None:
+        super().__init__()
+        models = list(models)
+        if not models:
+            raise ValueError("Ensemble: models is empty; allowed: at least one module")
+        reference = [(n, p.shape, p.dtype) for n, p in models[0].named_parameters()]
+        for i, m in enumerate(models[1:], start=1):
+            mine = [(n, p.shape, p.dtype) for n, p in m.named_parameters()]
+            if mine != reference:
+                raise ValueError(
+                    f"Ensemble: member {i} differs from member 0 in parameter names, shapes or "
+                    f"dtypes; allowed: copies of one architecture"
+                )
+        params, buffers = stack_module_state(models)
+        self.n_members = len(models)
+        self.names = list(params)
+        self._buffer_names = list(buffers)
+        for name, p in params.items():
+            self.register_parameter(_slot(name), nn.Parameter(p.detach().clone()))
+        for name, b in buffers.items():
+            self.register_buffer(_slot(name), b.clone(), persistent=False)
+        self._template = copy.deepcopy(models[0]).to("meta")
+        if hasattr(self._template, "check_inputs"):
+            self._template.check_inputs = False
+        for module in self._template.modules():
+            if hasattr(module, "use_sdpa"):  # fused attention kernels have no vmap rule
+                module.use_sdpa = False
+        if vectorize is None:
+            vectorize = all(getattr(m, "vmap_compatible", True) for m in models[0].modules())
+        self.vectorize = vectorize
+        self._member_template = copy.deepcopy(models[0])
+
+    def stacked_parameters(self) -> dict[str, torch.Tensor]:
+        """Name → stacked parameter ``[E, *shape]`` (the tensors an optimizer steps)."""
+        return {n: getattr(self, _slot(n)) for n in self.names}
+
+    def _stacked_buffers(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self, _slot(n)) for n in self._buffer_names}
+
+    def member_parameters(self, e: int) -> dict[str, torch.Tensor]:
+        """Views ``[*shape]`` of member ``e``'s parameters (they share storage)."""
+        if not 0 <= e < self.n_members:
+            raise ValueError(f"Ensemble: member {e}; allowed: 0 <= e < {self.n_members}")
+        return {n: p[e] for n, p in self.stacked_parameters().items()}
+
+    def member(self, e: int) -> nn.Module:
+        """A standalone copy of member ``e`` (a module of the original class)."""
+        model = copy.deepcopy(self._member_template)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(self.member_parameters(e)[name])
+        return model
+
+    def forward(self, *inputs: torch.Tensor, member_inputs: bool = False) -> torch.Tensor:
+        """Evaluate every member.
+
+        Args:
+            *inputs: the model's inputs, shared by all members, or with a leading ``[E]``
+                dimension when ``member_inputs``.
+            member_inputs: inputs carry a member dimension.
+
+        Returns:
+            ``[E, *output]``.
+        """
+        validate = getattr(self._member_template, "validate_inputs", None)
+        if validate is not None and inputs:
+            validate(inputs[0], leading=int(member_inputs))
+        params, buffers = self.stacked_parameters(), self._stacked_buffers()
+        if self.vectorize:
+
+            def one(p, b, *x):
+                return functional_call(self._template, (p, b), x)
+
+            dims = (0, 0) + (0 if member_inputs else None,) * len(inputs)
+            return vmap(one, in_dims=dims, randomness="error")(params, buffers, *inputs)
+        outputs = []
+        for e in range(self.n_members):
+            p = {n: t[e] for n, t in params.items()}
+            b = {n: t[e] for n, t in buffers.items()}
+            x = tuple(t[e] for t in inputs) if member_inputs else inputs
+            outputs.append(functional_call(self._template, (p, b), x))
+        return torch.stack(outputs)

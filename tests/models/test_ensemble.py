@@ -1,0 +1,110 @@
+"""Tests for gaugelab.models.ensemble: E members as one equal E separate models."""
+
+import pytest
+import torch
+
+from gaugelab.models import Ensemble, Transformer, TransformerConfig
+from gaugelab.optim import make_optimizer
+
+F64 = torch.float64
+SMALL = dict(d_model=16, n_heads=4, d_head=4, d_mlp=12, d_vocab=11, n_ctx=5)
+
+
+def members(n=3, **overrides):
+    config = TransformerConfig(**{**SMALL, **overrides})
+    return [Transformer(config, seed=s, dtype=F64) for s in range(n)]
+
+
+def tokens(batch=6, seed=0):
+    return torch.randint(
+        0, SMALL["d_vocab"], (batch, SMALL["n_ctx"]), generator=torch.Generator().manual_seed(seed)
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"causal": False, "positional": "learned"},
+        {"positional": "rope", "n_key_value_heads": 2, "qk_norm": True},
+        {"positional": "alibi", "normalization": "layernorm", "act_fn": "swiglu"},
+        {"num_experts": 3, "experts_per_token": 2, "shared_expert": True},
+    ],
+    ids=["default", "bidirectional", "rope-gqa-qknorm", "alibi-layernorm-swiglu", "moe"],
+)
+def test_ensemble_forward_and_gradients_equal_separate_models(overrides):
+    models = members(**overrides)
+    ensemble = Ensemble(models)
+    x = tokens()
+    out = ensemble(x)  # [E, B, T, V]
+    reference = torch.stack([m(x) for m in models])
+    assert out.shape == reference.shape
+    assert (out - reference).abs().max() <= 1e-12
+    out.square().sum().backward()  # the sum of member losses
+    for m in models:
+        m(x).square().sum().backward()
+    for name, stacked in ensemble.stacked_parameters().items():
+        for e, m in enumerate(models):
+            assert (stacked.grad[e] - m.get_parameter(name).grad).abs().max() <= 1e-12, name
+
+
+def test_members_with_identical_parameters_are_bit_identical():
+    model = members(1, causal=False)[0]
+    ensemble = Ensemble([model, model, model])
+    out = ensemble(tokens())
+    out.square().sum().backward()
+    assert torch.equal(out[0], out[1]) and torch.equal(out[1], out[2])
+    for stacked in ensemble.stacked_parameters().values():
+        assert torch.equal(stacked.grad[0], stacked.grad[1])
+        assert torch.equal(stacked.grad[0], stacked.grad[2])
+
+
+def test_member_inputs_give_each_member_its_own_batch():
+    models = members(2)
+    ensemble = Ensemble(models)
+    x = torch.stack([tokens(seed=1), tokens(seed=2)])  # [E, B, T]
+    out = ensemble(x, member_inputs=True)
+    for e, m in enumerate(models):
+        assert (out[e] - m(x[e])).abs().max() <= 1e-12
+
+
+def test_member_views_share_storage_and_member_copies_match():
+    models = members(2)
+    ensemble = Ensemble(models)
+    view = ensemble.member_parameters(1)["embed.weight"]
+    assert view.data_ptr() == ensemble.stacked_parameters()["embed.weight"][1].data_ptr()
+    copy = ensemble.member(1)
+    x = tokens()
+    assert torch.equal(copy(x), models[1](x))
+    with pytest.raises(ValueError, match="member 2"):
+        ensemble.member_parameters(2)
+
+
+def test_one_optimizer_over_the_ensemble_equals_separate_optimizers():
+    models = members(3, causal=False)
+    ensemble = Ensemble(models)
+    opt = make_optimizer("adam", list(ensemble.parameters()), lr=1e-2, member_dims=1)
+    separate = [make_optimizer("adam", list(m.parameters()), lr=1e-2) for m in models]
+    x = tokens()
+    for _ in range(3):
+        opt.zero_grad()
+        ensemble(x).square().mean(dim=(1, 2, 3)).sum().backward()
+        opt.step()
+        for m, o in zip(models, separate, strict=True):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    for name, stacked in ensemble.stacked_parameters().items():
+        for e, m in enumerate(models):
+            assert (stacked[e] - m.get_parameter(name)).abs().max() <= 1e-12, name
+
+
+def test_bad_ensembles_raise():
+    with pytest.raises(ValueError, match="empty"):
+        Ensemble([])
+    a = members(1)[0]
+    b = Transformer(TransformerConfig(**{**SMALL, "d_mlp": 8}), dtype=F64)
+    with pytest.raises(ValueError, match="member 1 differs"):
+        Ensemble([a, b])
+    with pytest.raises(ValueError, match="n_ctx"):
+        Ensemble([a])(torch.zeros(2, 9, dtype=torch.long))
