@@ -7,6 +7,7 @@ closures, and ``member_dims`` (leading ensemble dims; every reduction is per mem
 from gaugelab.optim.adafactor import Adafactor
 from gaugelab.optim.adam import Adam, AdamW, RMSprop
 from gaugelab.optim.adam_p import AdamP, ScalarAdam
+from gaugelab.optim.hybrid import Hybrid, is_hidden_matrix, muon_hybrid
 from gaugelab.optim.muon import Muon
 from gaugelab.optim.registry import (
     BREAKS,
@@ -37,6 +38,7 @@ __all__ = [
     "AdamW",
     "Claim",
     "HeavyBall",
+    "Hybrid",
     "Lion",
     "Muon",
     "Nesterov",
@@ -48,5 +50,7 @@ __all__ = [
     "Signum",
     "claim",
     "get_rule",
+    "is_hidden_matrix",
     "make_optimizer",
+    "muon_hybrid",
 ]
