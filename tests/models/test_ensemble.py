@@ -68,6 +68,14 @@ def test_member_inputs_give_each_member_its_own_batch():
         assert (out[e] - m(x[e])).abs().max() <= 1e-12
 
 
+def test_ensemble_parameters_are_exactly_the_stacked_parameters():
+    models = members(2)
+    ensemble = Ensemble(models)
+    stacked = ensemble.stacked_parameters()
+    assert [id(p) for p in ensemble.parameters()] == [id(stacked[n]) for n in ensemble.names]
+    assert all(p.shape[0] == 2 for p in ensemble.parameters())
+
+
 def test_member_views_share_storage_and_member_copies_match():
     models = members(2)
     ensemble = Ensemble(models)

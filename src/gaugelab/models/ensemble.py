@@ -59,16 +59,18 @@ class Ensemble(nn.Module):
             self.register_parameter(_slot(name), nn.Parameter(p.detach().clone()))
         for name, b in buffers.items():
             self.register_buffer(_slot(name), b.clone(), persistent=False)
-        self._template = copy.deepcopy(models[0]).to("meta")
-        if hasattr(self._template, "check_inputs"):
-            self._template.check_inputs = False
-        for module in self._template.modules():
+        # Templates are kept out of the module tree, so ensemble.parameters() is the stacked ones.
+        template = copy.deepcopy(models[0]).to("meta")
+        self.__dict__["_template"] = template
+        if hasattr(template, "check_inputs"):
+            template.check_inputs = False
+        for module in template.modules():
             if hasattr(module, "use_sdpa"):  # fused attention kernels have no vmap rule
                 module.use_sdpa = False
         if vectorize is None:
             vectorize = all(getattr(m, "vmap_compatible", True) for m in models[0].modules())
         self.vectorize = vectorize
-        self._member_template = copy.deepcopy(models[0])
+        self.__dict__["_member_template"] = copy.deepcopy(models[0])
 
     def stacked_parameters(self) -> dict[str, torch.Tensor]:
         """Name → stacked parameter ``[E, *shape]`` (the tensors an optimizer steps)."""
