@@ -88,15 +88,16 @@ class Rotary(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         half = config.d_head // 2
-        theta = config.rope_base ** (-torch.arange(half, dtype=torch.float64) * 2 / config.d_head)
-        angle = torch.arange(config.n_ctx, dtype=torch.float64).unsqueeze(1) * theta  # [T, D/2]
-        self.register_buffer("cos", torch.cos(angle), persistent=False)
-        self.register_buffer("sin", torch.sin(angle), persistent=False)
+        # float64 frequencies held outside the buffers, so a dtype cast never rounds the angles
+        self.theta = config.rope_base ** (
+            -torch.arange(half, dtype=torch.float64) * 2 / config.d_head
+        )
         self.pairing = config.rope_pairing
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         T = x.shape[-2]
-        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)  # [T, D/2]
+        angle = torch.arange(T, dtype=torch.float64).unsqueeze(1) * self.theta  # [T, D/2]
+        cos, sin = torch.cos(angle).to(x), torch.sin(angle).to(x)
         if self.pairing == "halves":
             x1, x2 = x.chunk(2, dim=-1)
             return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
