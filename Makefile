@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here (a CPU build of this exact version lies on disk); pyproject states the range.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test bench lint install install-test clean
+.PHONY: demo test bench lint install install-test browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,14 @@ $(VENV)/.torch: $(BIN)/python
 install: $(VENV)/.torch
 	$(BIN)/pip install --quiet -e .
 
-install-test: $(VENV)/.torch
+install-test: $(VENV)/.torch browser
 	$(BIN)/pip install --quiet -e '.[test]'
+
+# The report tests drive Debian's Chromium (no browser download); install it once.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "installing Debian chromium for the browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 demo: install
 	$(BIN)/gaugelab optimizers

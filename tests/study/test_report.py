@@ -1,0 +1,286 @@
+"""Tests for gaugelab.study.report: figures on disk, escaping, embedding, refusal to overwrite."""
+
+import base64
+import hashlib
+import html
+import os
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from gaugelab.study.report import (
+    PNG_SIGNATURE,
+    Failure,
+    RunSummary,
+    StudyReport,
+    Table,
+    format_number,
+    plot_curves,
+    plot_scatter,
+    render_report,
+    save_figure,
+    write_report,
+)
+
+STUDY_XSS = "<script>alert(1)</script>"
+LABEL_XSS = '"><img src=x onerror=alert(1)>'
+
+
+def _curves():
+    steps = np.arange(50)
+    return plot_curves(
+        {
+            "gauge": (steps, 1e-3 * 1.1**steps),
+            "identity": (steps, np.zeros(50)),
+            "noise": (steps, 1e-7 * 1.2**steps),
+        },
+        title="logit distance",
+        xlabel="step",
+        ylabel="relative Frobenius distance",
+        logy=True,
+        hlines={"noise floor": 1e-6},
+    )
+
+
+@pytest.fixture(scope="module")
+def twins_figure(tmp_path_factory):
+    """One saved figure shared by the report tests (rendering it only reads it)."""
+    return save_figure(_curves(), tmp_path_factory.mktemp("figures"), "twins", caption="per twin")
+
+
+def _report(artifact, **overrides):
+    fields = dict(
+        name="zoo-study",
+        spec={"optimizers": ["adam", "muon"], "lr": 0.03, "seed": 0},
+        runs=[
+            RunSummary("a1b2c3", "completed", "adam seed 0", {"loss": 0.0123, "steps": 100}),
+            RunSummary("d4e5f6", "numerical_failure", "muon seed 0", {"loss": float("nan")}),
+        ],
+        tables=[
+            Table(
+                "final loss",
+                ["optimizer", "loss"],
+                [["adam", 0.0123], ["muon", None]],
+                caption="median over seeds",
+            )
+        ],
+        figures=[artifact],
+        failures=[Failure("d4e5f6", "numerical_failure", "NonFiniteError: loss is nan at step 7")],
+        notes=["the noise floor is the noise twin's distance"],
+        created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+    )
+    fields.update(overrides)
+    return StudyReport(**fields)
+
+
+def test_user_strings_are_escaped_in_the_html(twins_figure):
+    failure = Failure(LABEL_XSS, "<b>numerical_failure</b>", "</pre><script>x()</script>")
+    report = _report(
+        replace(twins_figure, name=STUDY_XSS, caption=LABEL_XSS),
+        name=STUDY_XSS,
+        spec={"name": STUDY_XSS, "</script>": LABEL_XSS},
+        runs=[RunSummary(LABEL_XSS, LABEL_XSS, LABEL_XSS, {LABEL_XSS: LABEL_XSS})],
+        tables=[Table(STUDY_XSS, [LABEL_XSS], [[LABEL_XSS]], caption=STUDY_XSS)],
+        failures=[failure],
+        notes=[STUDY_XSS],
+    )
+    page = render_report(report)
+    assert STUDY_XSS not in page
+    assert LABEL_XSS not in page
+    assert "<img src=x" not in page
+    assert "<b>numerical_failure" not in page
+    assert "<script" not in page.lower()  # the page has no scripts at all, user-made or not
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    assert f"<title>{html.escape(STUDY_XSS)} — gaugelab study report</title>" in page
+
+
+def test_template_never_marks_values_safe():
+    template = resources.files("gaugelab.study").joinpath("templates", "report.html.j2")
+    assert "|safe" not in template.read_text().replace(" ", "")
+
+
+def test_page_is_self_contained(twins_figure):
+    page = render_report(_report(twins_figure))
+    assert "default-src 'none'; img-src data:" in page  # CSP: no requests but data: images
+    srcs = re.findall(r'(?:src|href)="([^"#]*)"', page)
+    assert srcs and all(s.startswith("data:") for s in srcs)
+
+
+def test_figures_are_embedded_as_png_data_uris(twins_figure):
+    report = _report(twins_figure)
+    page = render_report(report)
+    uris = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert len(uris) == 1
+    data = base64.b64decode(uris[0], validate=True)
+    assert data.startswith(PNG_SIGNATURE)
+    assert data == report.figures[0].png.read_bytes()
+    assert report.figures[0].png_sha256 in page
+
+
+def test_save_figure_writes_png_and_svg_with_their_sha256(tmp_path):
+    artifact = save_figure(_curves(), tmp_path, "curves")
+    assert artifact.png == tmp_path / "curves.png" and artifact.svg == tmp_path / "curves.svg"
+    png, svg = artifact.png.read_bytes(), artifact.svg.read_bytes()
+    assert png.startswith(PNG_SIGNATURE)
+    assert b"<svg" in svg[:1000]
+    assert artifact.png_sha256 == hashlib.sha256(png).hexdigest()
+    assert artifact.svg_sha256 == hashlib.sha256(svg).hexdigest()
+
+
+def test_save_figure_is_byte_reproducible(tmp_path):
+    first = save_figure(_curves(), tmp_path / "a", "curves")
+    second = save_figure(_curves(), tmp_path / "b", "curves")
+    assert (first.png_sha256, first.svg_sha256) == (second.png_sha256, second.svg_sha256)
+
+
+@pytest.mark.parametrize("existing", ["fig.png", "fig.svg"])
+def test_save_figure_refuses_to_overwrite(tmp_path, existing):
+    (tmp_path / existing).write_bytes(b"keep me")
+    with pytest.raises(FileExistsError, match=re.escape(existing)):
+        save_figure(_curves(), tmp_path, "fig")
+    assert (tmp_path / existing).read_bytes() == b"keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [existing]  # the other was not written
+
+
+@pytest.mark.parametrize("name", ["", "../escape", "a/b", ".hidden", "-x", "a b"])
+def test_save_figure_rejects_names_that_are_not_file_stems(tmp_path, name):
+    with pytest.raises(ValueError, match="save_figure: name"):
+        save_figure(_curves(), tmp_path, name)
+
+
+def test_write_report_refuses_to_overwrite_unless_asked(tmp_path, twins_figure):
+    report = _report(twins_figure)
+    path = write_report(report, tmp_path / "out")
+    assert path == tmp_path / "out" / "report.html"
+    assert path.read_text(encoding="utf-8") == render_report(report)
+    with pytest.raises(FileExistsError, match=r"report\.html"):
+        write_report(report, tmp_path / "out")
+    path.write_text("edited")
+    assert write_report(report, tmp_path / "out", overwrite=True) == path
+    assert path.read_text(encoding="utf-8") == render_report(report)
+
+
+def test_render_refuses_a_figure_changed_after_saving(tmp_path):
+    report = _report(save_figure(_curves(), tmp_path, "twins"))
+    report.figures[0].png.write_bytes(PNG_SIGNATURE + b"tampered")
+    with pytest.raises(ValueError, match="sha256"):
+        render_report(report)
+
+
+def test_tables_have_one_row_per_data_row(twins_figure):
+    rows = [["adam", 0.5], ["muon", 0.25], ["sgd", 1.0]]
+    page = render_report(_report(twins_figure, tables=[Table("t", ["optimizer", "loss"], rows)]))
+    body = page.split('<table class="data">')[1].split("</table>")[0]
+    assert body.count("<tr>") == 1 + len(rows)  # header + rows
+    assert ">0.25</td>" in body
+
+
+def test_table_rejects_ragged_rows():
+    with pytest.raises(ValueError, match="row 1 has 1 cells; expected 2"):
+        Table("t", ["a", "b"], [[1, 2], [3]])
+
+
+def test_runs_show_identity_status_label_and_metrics(twins_figure):
+    page = render_report(_report(twins_figure))
+    runs = page.split('<table class="runs">')[1].split("</table>")[0]
+    for text in (
+        "a1b2c3",
+        "adam seed 0",
+        "completed",
+        "<th>loss</th>",
+        "<th>steps</th>",
+        ">0.0123</td>",
+        ">100</td>",
+        ">nan</td>",
+        ">—</td>",
+    ):
+        assert text in runs
+
+
+def test_failures_are_listed_with_their_termination_class(twins_figure):
+    page = render_report(_report(twins_figure))
+    failures = page.split('<table class="failures">')[1].split("</table>")[0]
+    assert '<td class="termination">numerical_failure</td>' in failures
+    assert "d4e5f6" in failures and "loss is nan at step 7" in failures
+
+
+def test_empty_report_renders():
+    page = render_report(StudyReport(name="empty", spec={}))
+    assert "No runs." in page and "No failures." in page
+
+
+def test_spec_is_pretty_json_with_sorted_keys(twins_figure):
+    page = render_report(_report(twins_figure, spec={"b": 1, "a": {"c": [1, 2]}, "when": datetime}))
+    assert "{\n  &#34;a&#34;: {\n    &#34;c&#34;: [\n" in page  # indent=2, keys sorted, escaped
+    assert "&lt;class &#39;datetime.datetime&#39;&gt;" in page  # non-JSON values shown via str
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.012345, "0.0123"),
+        (1234.5, "1.23e+03"),
+        (3.0e-7, "3.00e-07"),  # scientific below 1e-3
+        (0.0, "0"),
+        (7, "7"),
+        (True, "True"),
+        (None, "—"),
+        (float("nan"), "nan"),
+        (float("-inf"), "-inf"),
+        ("adam", "adam"),
+        (np.float32(0.5), "0.5"),
+        (np.int64(12), "12"),
+    ],
+)
+def test_format_number(value, text):
+    assert format_number(value) == text
+
+
+def test_plot_curves_masks_non_positive_values_on_a_log_axis():
+    fig = _curves()
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["gauge", "identity", "noise", "noise floor"]
+    assert np.isnan(ax.lines[1].get_ydata()).all()  # the identity twin's zeros
+
+
+def test_plot_curves_rejects_mismatched_series():
+    with pytest.raises(ValueError, match="series 'a' has steps of shape"):
+        plot_curves({"a": ([0, 1, 2], [1.0, 2.0])}, title="t", xlabel="x", ylabel="y")
+    with pytest.raises(ValueError, match="series is empty"):
+        plot_curves({}, title="t", xlabel="x", ylabel="y")
+
+
+def test_plot_scatter_groups_by_color(tmp_path):
+    points = [
+        {"lr": 10.0**-k, "loss": 1.0 / k, "optimizer": o}
+        for k in (1, 2, 3)
+        for o in ("adam", "muon")
+    ]
+    fig = plot_scatter(points, x="lr", y="loss", color_by="optimizer", title="sweep", logx=True)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["adam", "muon"]
+    assert ax.get_xlabel() == "lr" and ax.get_xscale() == "log"
+    save_figure(fig, tmp_path, "scatter")
+    with pytest.raises(ValueError, match=r"point 0 lacks \['optimizer'\]"):
+        plot_scatter([{"lr": 1, "loss": 2}], x="lr", y="loss", color_by="optimizer")
+
+
+def test_plotting_needs_no_pyplot_and_no_display(tmp_path):
+    code = (
+        "import sys, numpy as np\n"
+        "from gaugelab.study.report import plot_curves, save_figure\n"
+        "fig = plot_curves({'a': (np.arange(3), np.ones(3))}, title='t', xlabel='x', ylabel='y')\n"
+        f"save_figure(fig, {str(tmp_path)!r}, 'f')\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
