@@ -13,6 +13,7 @@ from rich.table import Table
 
 from gaugelab.cli.bench import available_benchmarks, run_benchmark
 from gaugelab.equivariance import EQUIVARIANT, check_equivariance
+from gaugelab.errors import NonFiniteError
 from gaugelab.gauge import GROUPS
 from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
 
@@ -30,6 +31,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
+_OBJECTS = {"attention": "logits / QK invariants"}
 _VERDICT_STYLE = {
     "equivariant": "bold green",
     "breaks": "bold red",
@@ -40,29 +42,46 @@ _VERDICT_STYLE = {
 
 
 def _fail(message: str) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    typer.echo(f"error: {message}", err=True)  # one unwrapped line, whatever the terminal
     return typer.Exit(code=2)
 
 
+_SHORT = {"equivariant": "[green]equivariant[/]", "breaks": "[red]breaks[/]"}
+
+
 @app.command()
-def optimizers() -> None:
-    """List the optimizer zoo: update rule, default hyperparameters, equivariance claims."""
-    table = Table(title="gaugelab optimizer zoo", show_lines=True)
-    table.add_column("rule", style="bold")
+def optimizers(
+    details: Annotated[
+        bool, typer.Option("--details", help="Also list default hyperparameters and sources.")
+    ] = False,
+) -> None:
+    """List the optimizer zoo with its equivariance claims per gauge group."""
+    table = Table(title="gaugelab optimizer zoo: claimed behaviour under each gauge group")
+    table.add_column("rule", style="bold", no_wrap=True)
     table.add_column("update")
-    table.add_column("hyperparameters (defaults)")
-    for group in CLAIM_GROUPS:
-        table.add_column(group)
-    table.add_column("source (orthogonal)")
+    table.add_column("O(k)", no_wrap=True)
+    table.add_column("±perm", no_wrap=True)
+    table.add_column("GL(k)", no_wrap=True)
     for name, rule in OPTIMIZERS.items():
-        hyper = ", ".join(f"{k}={v}" for k, v in rule.hyperparameters().items())
-        claims = []
+        cells = []
         for group in CLAIM_GROUPS:
             c = rule.claims[group]
-            text = f"[{_VERDICT_STYLE[c.property]}]{c.property}[/]"
-            claims.append(text + (f"\n({c.note})" if c.note else ""))
-        table.add_row(name, rule.summary, hyper, *claims, rule.claims["orthogonal"].source)
+            cells.append(_SHORT[c.property] + ("*" if c.note else ""))
+        table.add_row(name, rule.summary, *cells)
     console.print(table)
+    console.print(
+        "O(k): orthogonal gauge (U Q, V Q); ±perm: signed permutations; GL(k): (U A, V A⁻ᵀ). "
+        "* depends on hyperparameters (adam-p is equivariant at p = 0). "
+        "Certify any optimizer with `gaugelab check`; --details lists defaults and sources."
+    )
+    if details:
+        for name, rule in OPTIMIZERS.items():
+            hyper = ", ".join(f"{k}={v}" for k, v in rule.hyperparameters().items())
+            console.print(f"\n[bold]{name}[/]: {hyper}")
+            for group in CLAIM_GROUPS:
+                c = rule.claims[group]
+                note = f" ({c.note})" if c.note else ""
+                console.print(f"  {group}: {c.property}{note} — {c.source}")
 
 
 def _parse_opt(items: list[str]) -> dict:
@@ -98,8 +117,8 @@ def check(
             "(a small Transformer with its head gauge: logits and QK invariants compared)."
         ),
     ] = "sensing",
-    steps: Annotated[int, typer.Option(help="Optimizer steps per run.", min=1)] = 10,
-    draws: Annotated[int, typer.Option(help="Independent group elements.", min=1)] = 3,
+    steps: Annotated[int, typer.Option(help="Optimizer steps per run (>= 1).")] = 10,
+    draws: Annotated[int, typer.Option(help="Independent group elements (>= 1).")] = 3,
     dtype: Annotated[str, typer.Option(help="float64 (certification) or float32.")] = "float64",
     seed: Annotated[int, typer.Option(help="Seeds the problem and the draws.")] = 0,
     opt: Annotated[
@@ -114,9 +133,9 @@ def check(
 ) -> None:
     """Certify an optimizer's gauge equivariance with the gauge / identity / noise twins.
 
-    Runs the base problem and three twins from the same zero state, compares represented
-    matrices U Vᵀ after every step, and gives a verdict: equivariant, breaks,
-    precision-limited, nondeterministic or inconclusive.
+    Runs the base problem and three twins from the same zero state, compares the represented
+    objects (U Vᵀ; logits and QK invariants for --problem attention) after every step, and
+    gives a verdict: equivariant, breaks, precision-limited, nondeterministic or inconclusive.
     """
     if dtype not in _DTYPES:
         raise _fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")
@@ -135,13 +154,18 @@ def check(
             )
     except (ValueError, TypeError) as exc:
         raise _fail(str(exc)) from None
+    except NonFiniteError as exc:
+        raise _fail(
+            f"the run diverged ({exc}); try a smaller learning rate, --opt lr=..."
+        ) from None
     if as_json:
         typer.echo(report.to_json())
         return
     table = Table(
         title=(
             f"{report.optimizer} under {report.group} on {report.problem} ({report.dtype}); "
-            f"relative Frobenius distance of U Vᵀ to the base, max over {report.draws} draws"
+            f"relative Frobenius distance of {_OBJECTS.get(report.problem, 'U Vᵀ')} to the "
+            f"base, max over {report.draws} draws"
         )
     )
     for col in ("step", "gauge twin", "identity twin", "noise twin", "gauge twin factors"):

@@ -14,6 +14,7 @@ distance after every step (see ``gaugelab.equivariance.problems``).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import math
 from collections.abc import Callable
@@ -128,10 +129,19 @@ def resolve_optimizer(
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise ValueError(
-                f"check_equivariance: cannot import module {module_name!r}: {exc}"
+                f"check_equivariance: cannot import module {module_name!r} ({exc}); allowed: a "
+                f"zoo name or an importable 'package.module:Class'"
             ) from None
         if not hasattr(module, attr):
-            raise ValueError(f"check_equivariance: module {module_name!r} has no {attr!r}")
+            public = sorted(
+                n
+                for n, v in vars(module).items()
+                if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
+            )
+            raise ValueError(
+                f"check_equivariance: module {module_name!r} has no {attr!r}; optimizers "
+                f"there: {', '.join(public) or 'none'}"
+            )
         optimizer = getattr(module, attr)
     if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
         raise TypeError(
@@ -142,6 +152,16 @@ def resolve_optimizer(
     for zoo_name, rule in OPTIMIZERS.items():
         if rule.cls is cls:
             name = zoo_name
+    allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "params")]
+    unknown = sorted(set(hyper) - set(allowed))
+    if unknown and not any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        for p in inspect.signature(cls.__init__).parameters.values()
+    ):
+        raise ValueError(
+            f"check_equivariance: unknown hyperparameter(s) {', '.join(unknown)} for {name}; "
+            f"allowed: {', '.join(allowed)}"
+        )
     return name, lambda params: cls(params, **hyper)
 
 
@@ -208,7 +228,7 @@ def check_equivariance(
             ``"attention"`` (a one-layer Transformer on addition mod 7 whose heads carry the
             gauge; represented objects: logits and QK invariants; k = d_head = 4).
         steps: optimizer steps per run, ≥ 1.
-        dtype: ``torch.float64`` (certification) or ``torch.float32``.
+        dtype: ``torch.float64`` (certification) or ``torch.float32`` (or their names).
         draws: independent group elements, ≥ 1.
         seed: seeds the problem (sensing seed ``seed``, factors ``seed + 7``) and the draws.
         noise_scale: absolute size of the noise twin's perturbation, > 0.
@@ -229,8 +249,17 @@ def check_equivariance(
 
     Source: singh2026lossbasis, Def. 3.1 (gauge equivariance) and §6 (the twin triplet).
     """
+    dtype = {"float32": torch.float32, "float64": torch.float64}.get(dtype, dtype)
     if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"check_equivariance: dtype={dtype}; allowed: float32, float64")
+        raise ValueError(
+            f"check_equivariance: dtype={dtype!r}; allowed: torch.float32, torch.float64 "
+            f"(or the strings 'float32', 'float64')"
+        )
+    if "member_dims" in hyper:
+        raise ValueError(
+            "check_equivariance: member_dims is set by the check itself (each twin is its own "
+            "run); allowed: the rule's other hyperparameters"
+        )
     for name, value in (("steps", steps), ("draws", draws)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"check_equivariance: {name}={value!r}; allowed: an integer >= 1")
@@ -294,9 +323,10 @@ def check_equivariance(
     cls_name = _class_name(optimizer)
     if cls_name in _KNOWN_CAUSES and report.verdict != EQUIVARIANT:
         report.notes.append(_KNOWN_CAUSES[cls_name])
+        report.explanation += " — through its arithmetic, not its rule (see the note)"
     if moved < 1e-3:
         report.notes.append(
-            f"the base represented matrix moved only {moved:.2e} (relative): the learning rate "
+            f"the base represented object moved only {moved:.2e} (relative): the learning rate "
             f"may be too small for the check to be informative"
         )
     return report
@@ -332,8 +362,9 @@ def _verdict(report: EquivarianceReport, eps: float) -> tuple[str, str]:
     if all(g >= 1e-6 and g >= 100 * n for g, n in zip(first_g, first_n, strict=True)):
         ratio = min(g / max(n, 1e-300) for g, n in zip(first_g, first_n, strict=True))
         return BREAKS, (
-            f"after one step the gauge twin is {min(first_g):.2e} from the base, at least "
-            f"{ratio:.0f}× the noise twin: the update reads the basis"
+            f"after one step every draw's gauge twin is at least {min(first_g):.2e} from the "
+            f"base and at least {ratio:.0f}× its noise twin: the update, as computed, depends "
+            f"on the basis"
         )
     pairs = [
         (g, n) for rg, rn in zip(gauge, noise, strict=True) for g, n in zip(rg, rn, strict=True)

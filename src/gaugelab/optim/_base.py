@@ -41,8 +41,8 @@ def check_range(
         ValueError: ``value`` is not a finite real number in the stated interval; the message
             names ``owner``, ``name``, the value and the allowed interval.
     """
-    lo = "(" if low_open else "["
-    hi = ")" if high_open else "]"
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
     allowed = f"{lo}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi}"
     try:
         x = float(value)

@@ -170,6 +170,8 @@ def make_optimizer(name: str, params, **hyper) -> torch.optim.Optimizer:
     Raises:
         ValueError: unknown rule, unknown hyperparameter (the message lists the allowed ones)
             or a value out of range.
+
+    Source: PROTOCOLS §1 (the zoo's exact rules); each class cites its paper.
     """
     rule = get_rule(name)
     allowed = rule.hyperparameters()

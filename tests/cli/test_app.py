@@ -1,0 +1,70 @@
+"""Tests for the gaugelab command: every command runs, verdicts print, errors are one line."""
+
+import json
+
+from typer.testing import CliRunner
+
+from gaugelab.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_optimizers_lists_every_rule_with_its_claims():
+    result = invoke("optimizers", "--details")
+    assert result.exit_code == 0
+    for rule in ("gd", "adam", "scalar-adam", "adam-p", "muon", "shampoo"):
+        assert rule in result.output
+    assert "singh2026lossbasis, Prop. 4.2(3)" in result.output  # muon's source, with --details
+
+
+def test_check_adam_breaks_and_muon_is_equivariant():
+    adam = invoke("check", "adam", "--steps", "3", "--draws", "2")
+    assert adam.exit_code == 0 and "verdict: breaks" in adam.output
+    muon = invoke("check", "muon", "--steps", "3", "--draws", "2")
+    assert muon.exit_code == 0 and "verdict: equivariant" in muon.output
+    assert "agrees with the claim" in muon.output
+
+
+def test_check_torch_muon_is_not_certified_and_says_why():
+    result = invoke("check", "torch.optim:Muon", "--steps", "3", "--draws", "2")
+    assert result.exit_code == 0
+    assert "verdict: equivariant" not in result.output
+    assert "bfloat16" in result.output
+
+
+def test_check_json_is_machine_readable():
+    result = invoke("check", "scalar-adam", "--steps", "2", "--draws", "1", "--json")
+    report = json.loads(result.output)
+    assert report["verdict"] == "equivariant" and report["steps"] == 2
+    assert report["distances"]["identity"] == [[0.0, 0.0]]
+
+
+def test_check_passes_options_through():
+    result = invoke("check", "adam-p", "--opt", "p=0", "--steps", "2", "--draws", "1",
+                    "--group", "orthogonal", "--problem", "quadratic")  # fmt: skip
+    assert result.exit_code == 0 and "verdict: equivariant" in result.output
+
+
+def test_bad_input_gives_one_line_errors_and_exit_code_2():
+    cases = [
+        (("check", "adamm"), "unknown optimizer 'adamm'"),
+        (("check", "adam", "--opt", "lr=-1"), "lr=-1"),
+        (("check", "adam", "--opt", "foo=1"), "unknown hyperparameter"),
+        (("check", "adam", "--opt", "lr"), "KEY=VALUE"),
+        (("check", "adam", "--group", "bogus"), "group='bogus'"),
+        (("check", "adam", "--problem", "bogus"), "problem='bogus'"),
+        (("check", "adam", "--steps", "0"), "steps=0"),
+        (("check", "adam", "--dtype", "float16"), "--dtype 'float16'"),
+        (("check", "no.such:Thing"), "cannot import module"),
+        (("check", "gd", "--opt", "lr=1e6"), "diverged"),
+        (("bench", "nosuch"), "unknown benchmark"),
+    ]
+    for args, fragment in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert fragment in result.output, (args, result.output)
+        assert "Traceback" not in result.output
