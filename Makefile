@@ -19,7 +19,7 @@ install: $(VENV)/.torch
 	$(BIN)/pip install --quiet -e .
 
 install-test: $(VENV)/.torch browser
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,ray]'
 
 # The report tests drive Debian's Chromium (no browser download); install it once.
 browser:

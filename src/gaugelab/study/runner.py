@@ -1,0 +1,168 @@
+"""Execute one run in this process: an attempt in the store, a context, a termination class.
+
+A spec (an :class:`~gaugelab.study.spec.ExperimentSpec` subclass with ``execute(run)``) is
+executed against a :class:`RunContext`, which logs metrics and artifacts into an open attempt.
+Whatever ends the attempt is recorded as one of the termination classes:
+
+* ``completed`` — ``execute`` returned;
+* ``validation_stopped`` — it raised :class:`ValidationStop` (a declared early stop);
+* ``numerical_failure`` — :class:`gaugelab.NonFiniteError` (a NaN/inf loss, gradient or metric);
+* ``admission_failure`` — the spec was rejected before training (``admit()`` or import raised);
+* ``cancelled`` — ``KeyboardInterrupt``;
+* ``infrastructure_failure`` — anything else (the environment or the code failed). Only these
+  are retried by a sweep, and only when :func:`retryable`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from gaugelab.errors import NonFiniteError
+from gaugelab.study.spec import ExperimentSpec
+from gaugelab.study.store import RunStore
+
+
+class ValidationStop(Exception):
+    """Raised by ``execute`` to end a run early by its declared validation rule."""
+
+
+class AdmissionError(ValueError):
+    """A spec that cannot be run (rejected before any training)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended.
+
+    Attributes:
+        identity: the run.
+        attempt: the attempt's ordinal (1 for the first).
+        termination: one of the termination classes.
+        message: the exception's summary, or "" when completed.
+        retryable: an infrastructure failure worth another attempt.
+    """
+
+    identity: str
+    attempt: int
+    termination: str
+    message: str = ""
+    retryable: bool = False
+
+
+class RunContext:
+    """What a running experiment may do: log metrics, write and record artifacts.
+
+    Attributes:
+        spec: the spec being executed.
+        identity: its run identity.
+        attempt_id: the store's id of the open attempt.
+        directory: a private folder for this attempt's files
+            (``<store dir>/artifacts/<identity[:16]>/attempt-<n>/``).
+        checkpoints: the run's checkpoint folder, shared by its attempts so a retry resumes
+            from the latest checkpoint (``<store dir>/artifacts/<identity[:16]>/checkpoints/``).
+    """
+
+    def __init__(self, store: RunStore, spec: ExperimentSpec, attempt_id: int, ordinal: int):
+        self.spec = spec
+        self.identity = spec.identity()
+        self.attempt_id = attempt_id
+        self._store = store
+        run_dir = store.path.parent / "artifacts" / self.identity[:16]
+        self.directory = run_dir / f"attempt-{ordinal}"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = run_dir / "checkpoints"
+        self.checkpoints.mkdir(exist_ok=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Append the metrics of one step (raises NonFiniteError on NaN/inf, writing nothing)."""
+        self._store.log_metrics(self.attempt_id, step, metrics)
+
+    def artifact(self, path: str | os.PathLike[str], kind: str) -> Path:
+        """Record a file this attempt wrote (its sha256 is stored); returns its path."""
+        self._store.add_artifact(self.attempt_id, path, kind)
+        return Path(path)
+
+
+def spec_reference(spec: ExperimentSpec) -> tuple[str, str, str]:
+    """``(module, class name, JSON)``: enough to rebuild the spec in another process."""
+    cls = type(spec)
+    return cls.__module__, cls.__qualname__, spec.model_dump_json()
+
+
+def rebuild_spec(module: str, qualname: str, payload: str) -> ExperimentSpec:
+    """Inverse of :func:`spec_reference` (imports the module; validates the JSON).
+
+    Raises:
+        AdmissionError: the class cannot be imported or is not an ExperimentSpec.
+    """
+    try:
+        cls = getattr(importlib.import_module(module), qualname)
+    except (ImportError, AttributeError) as exc:
+        raise AdmissionError(f"cannot import spec class {module}:{qualname}: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, ExperimentSpec)):
+        raise AdmissionError(f"{module}:{qualname} is not an ExperimentSpec")
+    return cls.model_validate_json(payload)
+
+
+def retryable(exc: BaseException) -> bool:
+    """Environment failures worth retrying: OS, memory and worker-process errors."""
+    return isinstance(exc, OSError | MemoryError | EOFError | ConnectionError)
+
+
+def _summary(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)[-1:]
+    where = f" (at {frames[0].filename}:{frames[0].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def execute_run(
+    store_path: str | os.PathLike[str], identity: str, module: str, qualname: str, payload: str
+) -> Outcome:
+    """Run one registered spec to the end of one attempt, in this process.
+
+    Args:
+        store_path: the run store (opened here: one connection per worker process).
+        identity: the registered run's identity.
+        module, qualname, payload: from :func:`spec_reference`.
+
+    Returns:
+        The attempt's :class:`Outcome`. Exceptions are recorded, not raised — except that
+        ``KeyboardInterrupt`` is re-raised after the attempt is recorded as ``cancelled``.
+    """
+    store = RunStore(store_path, create=False)
+    try:
+        attempt_id = store.start_attempt(identity)
+        ordinal = store.attempts(identity)[-1].ordinal
+        try:
+            spec = rebuild_spec(module, qualname, payload)
+            if spec.identity() != identity:
+                raise AdmissionError(f"the rebuilt spec has identity {spec.identity()[:16]}…")
+            context = RunContext(store, spec, attempt_id, ordinal)
+            admit = getattr(spec, "admit", None)
+            if admit is not None:
+                try:
+                    admit()
+                except ValueError as exc:
+                    raise AdmissionError(str(exc)) from exc
+            spec.execute(context)
+        except ValidationStop as exc:
+            termination, message, retry = "validation_stopped", str(exc), False
+        except NonFiniteError as exc:
+            termination, message, retry = "numerical_failure", _summary(exc), False
+        except AdmissionError as exc:
+            termination, message, retry = "admission_failure", _summary(exc), False
+        except KeyboardInterrupt:
+            store.end_attempt(attempt_id, "cancelled", "interrupted")
+            raise
+        except Exception as exc:
+            termination, message, retry = "infrastructure_failure", _summary(exc), retryable(exc)
+        else:
+            termination, message, retry = "completed", "", False
+        store.end_attempt(attempt_id, termination, message)
+        return Outcome(identity, ordinal, termination, message, retry)
+    finally:
+        store.close()

@@ -1,0 +1,866 @@
+"""The run store: an append-only SQLite database of studies, runs, attempts, metrics, artifacts.
+
+One file (default ``./gaugelab-runs/store.sqlite``) in WAL mode, so several worker processes
+write at once while readers browse. Nothing is ever updated or deleted, except that an open
+attempt is ended exactly once; SQL triggers enforce this for every client, not only this
+module. A failed attempt stays beside its retry, which gets the next ordinal.
+
+Each :class:`RunStore` owns one connection and belongs to the process (and thread) that opened
+it: a sweep opens one per worker. The file is recognised by ``PRAGMA application_id``
+(``0x47415547``, "GAUG") and ``PRAGMA user_version`` (the schema version); any other file at the
+path is refused with :class:`StoreError` and left untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import operator
+import os
+import re
+import secrets
+import sqlite3
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gaugelab.errors import NonFiniteError
+from gaugelab.study.spec import ExperimentSpec, Manifest
+from gaugelab.study.spec import environment_digest as _environment_digest
+
+__all__ = [
+    "APPLICATION_ID",
+    "DEFAULT_STORE_PATH",
+    "SCHEMA_VERSION",
+    "TERMINATION_CLASSES",
+    "ArtifactRow",
+    "AttemptRow",
+    "MetricRow",
+    "RunRow",
+    "RunStore",
+    "StoreError",
+    "StudyRow",
+    "file_sha256",
+]
+
+APPLICATION_ID = 0x47415547  # "GAUG"
+SCHEMA_VERSION = 1
+DEFAULT_STORE_PATH = Path("gaugelab-runs") / "store.sqlite"
+TERMINATION_CLASSES = (
+    "completed",
+    "validation_stopped",
+    "numerical_failure",
+    "infrastructure_failure",
+    "admission_failure",
+    "cancelled",
+)
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLES = ("studies", "runs", "study_runs", "attempts", "metrics", "artifacts")
+_PREFIX = re.compile(r"[0-9a-f]{6,64}")
+_APPEND_ONLY = "gaugelab run store is append-only"
+
+
+def _schema() -> str:
+    classes = ", ".join(f"'{c}'" for c in TERMINATION_CLASSES)
+    ddl = f"""
+    CREATE TABLE studies (
+        name TEXT PRIMARY KEY CHECK (length(name) > 0),
+        kind TEXT,
+        spec_json TEXT,
+        created_at TEXT NOT NULL
+    );
+    CREATE TABLE runs (
+        identity TEXT PRIMARY KEY CHECK (length(identity) = 64),
+        kind TEXT NOT NULL,
+        spec_json TEXT NOT NULL,
+        manifest_json TEXT NOT NULL,
+        created_at TEXT NOT NULL
+    );
+    CREATE TABLE study_runs (
+        study TEXT NOT NULL REFERENCES studies(name),
+        run TEXT NOT NULL REFERENCES runs(identity),
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (study, run)
+    );
+    CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY,
+        run TEXT NOT NULL REFERENCES runs(identity),
+        ordinal INTEGER NOT NULL CHECK (ordinal >= 1),
+        environment_digest TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        ended_at TEXT,
+        termination TEXT CHECK (termination IS NULL OR termination IN ({classes})),
+        message TEXT NOT NULL DEFAULT '',
+        CHECK ((ended_at IS NULL) = (termination IS NULL)),
+        UNIQUE (run, ordinal)
+    );
+    CREATE TABLE metrics (
+        run TEXT NOT NULL REFERENCES runs(identity),
+        attempt INTEGER NOT NULL REFERENCES attempts(id),
+        step INTEGER NOT NULL CHECK (step >= 0),
+        name TEXT NOT NULL CHECK (length(name) > 0),
+        value REAL NOT NULL
+            CHECK (value BETWEEN -1.7976931348623157e308 AND 1.7976931348623157e308),
+        UNIQUE (attempt, name, step)
+    );
+    CREATE INDEX metrics_by_run ON metrics (run, name, step);
+    CREATE TABLE artifacts (
+        id INTEGER PRIMARY KEY,
+        run TEXT NOT NULL REFERENCES runs(identity),
+        attempt INTEGER NOT NULL REFERENCES attempts(id),
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+        kind TEXT NOT NULL CHECK (length(kind) > 0),
+        created_at TEXT NOT NULL
+    );
+    CREATE INDEX artifacts_by_run ON artifacts (run);
+    """
+    # Rows are never updated or deleted; INSERT OR REPLACE onto an existing key is refused too
+    # (REPLACE deletes without firing DELETE triggers).
+    keys = {
+        "studies": "name = NEW.name",
+        "runs": "identity = NEW.identity",
+        "study_runs": "study = NEW.study AND run = NEW.run",
+        "attempts": "id = NEW.id OR (run = NEW.run AND ordinal = NEW.ordinal)",
+        "metrics": "attempt = NEW.attempt AND name = NEW.name AND step = NEW.step",
+        "artifacts": "id = NEW.id",
+    }
+    for table, key in keys.items():
+        ddl += f"""
+        CREATE TRIGGER {table}_no_replace BEFORE INSERT ON {table}
+        WHEN EXISTS (SELECT 1 FROM {table} WHERE {key})
+        BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: {table} row exists'); END;
+        CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table}
+        BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: DELETE on {table}'); END;
+        """
+        if table != "attempts":
+            ddl += f"""
+            CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table}
+            BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: UPDATE on {table}'); END;
+            """
+    ddl += f"""
+    CREATE TRIGGER attempts_end_once BEFORE UPDATE ON attempts
+    WHEN OLD.termination IS NOT NULL OR NEW.termination IS NULL OR NEW.ended_at IS NULL
+        OR NEW.id IS NOT OLD.id OR NEW.run IS NOT OLD.run OR NEW.ordinal IS NOT OLD.ordinal
+        OR NEW.environment_digest IS NOT OLD.environment_digest
+        OR NEW.started_at IS NOT OLD.started_at
+    BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: an open attempt can only be ended, once'); END;
+    """
+    for table in ("metrics", "artifacts"):
+        ddl += f"""
+        CREATE TRIGGER {table}_open_attempt BEFORE INSERT ON {table}
+        WHEN (SELECT run FROM attempts WHERE id = NEW.attempt AND termination IS NULL)
+            IS NOT NEW.run
+        BEGIN SELECT RAISE(ABORT, '{table} rows belong to an open attempt of their run'); END;
+        """
+    return ddl
+
+
+class StoreError(ValueError):
+    """The file at a store path is not a usable gaugelab run store, or stored data is corrupt.
+
+    The message names the path and what was found there. The file is never modified.
+    """
+
+
+@dataclass(frozen=True)
+class StudyRow:
+    """A study: a named group of runs, with the spec that generated them (if any)."""
+
+    name: str
+    kind: str | None
+    spec: dict[str, Any] | None
+    created_at: str
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """A run: its identity, spec, manifest and the studies that include it."""
+
+    identity: str
+    kind: str
+    spec: dict[str, Any]
+    manifest: Manifest
+    created_at: str
+    studies: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One attempt at a run; ``ended_at``/``termination`` are ``None`` while it is open."""
+
+    id: int
+    run: str
+    ordinal: int
+    environment_digest: str
+    started_at: str
+    ended_at: str | None
+    termination: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class MetricRow:
+    """One scalar: ``name`` at ``step`` (steps), logged by attempt ``ordinal`` of ``run``."""
+
+    run: str
+    ordinal: int
+    step: int
+    name: str
+    value: float
+
+
+@dataclass(frozen=True)
+class ArtifactRow:
+    """A file written by an attempt; ``path`` is absolute, ``sha256`` its content at logging."""
+
+    run: str
+    ordinal: int
+    path: Path
+    sha256: str
+    kind: str
+    created_at: str
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 hex digest of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_header(path: Path) -> None:
+    """Refuse anything but a gaugelab store of this schema, reading only the raw header.
+
+    Nothing is opened with SQLite before this passes, so a foreign file is never touched.
+    """
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if size == 0:
+        # Stores are created complete and published atomically, so an empty file is never one
+        # of ours (half-created or otherwise): refuse rather than guess.
+        raise StoreError(
+            f"{path}: empty file (0 bytes), not a gaugelab run store; remove it or choose "
+            "another --store path"
+        )
+    if len(header) < 100 or header[:16] != _SQLITE_MAGIC:
+        raise StoreError(
+            f"{path}: not an SQLite database (first bytes {header[:16]!r}), so not a gaugelab "
+            "run store"
+        )
+    app_id = int.from_bytes(header[68:72], "big")
+    if app_id != APPLICATION_ID:
+        raise StoreError(
+            f"{path}: not a gaugelab run store: application_id {app_id:#010x} ≠ "
+            f"{APPLICATION_ID:#010x} (an SQLite database of another program)"
+        )
+    version = int.from_bytes(header[60:64], "big")
+    if version != SCHEMA_VERSION:
+        newer = " (written by a newer gaugelab)" if version > SCHEMA_VERSION else ""
+        raise StoreError(
+            f"{path}: gaugelab run store schema version {version}{newer}; this gaugelab reads "
+            f"version {SCHEMA_VERSION}"
+        )
+    if _truncated(path) and _truncated(path):  # asked twice: a checkpoint may be under way
+        raise StoreError(f"{path}: truncated gaugelab run store (shorter than its header says)")
+
+
+def _truncated(path: Path) -> bool:
+    """Whether a quiescent store's file is shorter than the page count in its header.
+
+    Only judged while no ``-wal``/``-shm`` file exists, i.e. no connection is open: a WAL
+    checkpoint in progress writes page 1 (with the new size) before the pages after it.
+    """
+
+    def busy() -> bool:
+        return any(Path(f"{path}{s}").exists() for s in ("-wal", "-shm"))
+
+    if busy():
+        return False
+    with open(path, "rb") as f:
+        header = f.read(100)
+    size = path.stat().st_size
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    size_valid = header[24:28] == header[92:96]  # SQLite's "version-valid-for" rule
+    return size_valid and size < pages * page_size and not busy()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+    try:
+        conn.execute("PRAGMA busy_timeout = 60000")
+        conn.execute("PRAGMA foreign_keys = ON")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StoreError(
+                f"{path}: SQLite could not enable WAL mode (journal_mode={mode!r}); the run "
+                "store needs a local file system"
+            )
+        # Durable across process crashes; a power loss may drop the last commits, never corrupt.
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _create(path: Path) -> None:
+    """Build a complete store in a temporary file and publish it at ``path`` atomically.
+
+    If another process publishes first, its store is kept and this one discarded.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = str(path.parent / f".{path.name}.{secrets.token_hex(8)}.creating")
+    os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # umask applies
+    tmp = Path(name)
+    try:
+        conn = sqlite3.connect(name, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.executescript("BEGIN;" + _schema() + "COMMIT;")
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # fails if anything exists at path: never replaces a file
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not path.exists():
+                os.replace(tmp, path)
+    finally:
+        for leftover in (tmp, Path(name + "-wal"), Path(name + "-shm")):
+            with contextlib.suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+class RunStore:
+    """An open run store (one SQLite connection).
+
+    Args:
+        path: the store file (the CLI's ``--store``; default ``./gaugelab-runs/store.sqlite``).
+        create: create a new store (and its parent directories) when nothing exists at ``path``.
+
+    Raises:
+        StoreError: something other than a gaugelab store of this schema is at ``path``
+            (not SQLite, empty, truncated or corrupt, another application's database, another
+            schema version) — the file is left byte-identical; or WAL mode is unavailable.
+        FileNotFoundError: nothing at ``path`` and ``create`` is false.
+
+    A ``RunStore`` must stay in the process and thread that opened it (methods raise
+    ``RuntimeError`` in another process, ``sqlite3.ProgrammingError`` in another thread): open
+    one per worker. Opening reads the header and the schema, not every page; :meth:`check`
+    runs SQLite's full integrity check. Writes use ``BEGIN IMMEDIATE``
+    transactions with a 60 s busy timeout, so concurrent workers queue rather than fail.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE_PATH, *, create: bool = True):
+        self._path = Path(path).absolute()
+        self._pid = os.getpid()
+        if not self._path.exists():
+            if not create:
+                raise FileNotFoundError(f"RunStore: no run store at {self._path}")
+            _create(self._path)
+        if self._path.is_dir():
+            raise StoreError(f"{self._path}: is a directory, not a gaugelab run store")
+        _check_header(self._path)
+        conn = _connect(self._path)
+        try:
+            found = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise StoreError(f"{self._path}: corrupt gaugelab run store ({e})") from None
+        missing = sorted(set(_TABLES) - found)
+        if missing:
+            conn.close()
+            raise StoreError(f"{self._path}: gaugelab run store lacks tables {missing}")
+        self._conn: sqlite3.Connection | None = conn
+
+    def check(self) -> None:
+        """Run SQLite's ``PRAGMA integrity_check`` (reads every page; slow on big stores).
+
+        Raises:
+            StoreError: the database is corrupt; the message carries SQLite's first findings.
+        """
+        try:
+            found = [r[0] for r in self._connection().execute("PRAGMA integrity_check(10)")]
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self._path}: corrupt gaugelab run store ({e})") from None
+        if found != ["ok"]:
+            raise StoreError(f"{self._path}: corrupt gaugelab run store: {'; '.join(found)}")
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike[str] = DEFAULT_STORE_PATH, *, create: bool = True
+    ) -> RunStore:
+        """Same as ``RunStore(path, create=create)``."""
+        return cls(path, create=create)
+
+    @property
+    def path(self) -> Path:
+        """Absolute path of the store file."""
+        return self._path
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        if self._conn is not None and os.getpid() == self._pid:
+            self._conn.close()
+        self._conn = None
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunStore({str(self._path)!r})"
+
+    # --- connection and transactions -------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if os.getpid() != self._pid:
+            raise RuntimeError(
+                f"RunStore({self._path}) was opened in process {self._pid} and used in "
+                f"{os.getpid()}; open one RunStore per process"
+            )
+        if self._conn is None:
+            raise RuntimeError(f"RunStore({self._path}) is closed")
+        return self._conn
+
+    @contextlib.contextmanager
+    def _transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
+        """A transaction (``BEGIN IMMEDIATE`` to write); SQLite's corruption errors become
+        :class:`StoreError`."""
+        conn = self._connection()
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.DatabaseError as e:
+            if getattr(e, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+                raise
+            raise StoreError(f"{self._path}: corrupt gaugelab run store ({e})") from None
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def add_study(self, name: str, spec: ExperimentSpec | None = None) -> StudyRow:
+        """Record a study (idempotent for an identical spec).
+
+        Args:
+            name: non-empty study name.
+            spec: the spec that generates the study's runs, or ``None``.
+
+        Returns:
+            The stored row (the existing one if the study was already recorded).
+
+        Raises:
+            ValueError: empty name, or a study ``name`` exists with a different spec.
+            TypeError: ``spec`` is neither an :class:`ExperimentSpec` nor ``None``.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"add_study: name={name!r}; allowed: a non-empty string")
+        if spec is not None and not isinstance(spec, ExperimentSpec):
+            raise TypeError(f"add_study: spec={spec!r}; allowed: an ExperimentSpec or None")
+        kind = spec_json = None
+        if spec is not None:
+            payload = json.loads(spec.canonical_json())
+            kind, spec_json = payload["kind"], _dumps(payload["spec"])
+        with self._transaction(write=True) as conn:
+            row = conn.execute(
+                "SELECT kind, spec_json FROM studies WHERE name = ?", (name,)
+            ).fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO studies (name, kind, spec_json, created_at) VALUES (?, ?, ?, ?)",
+                    (name, kind, spec_json, _now()),
+                )
+            elif tuple(row) != (kind, spec_json):
+                raise ValueError(
+                    f"add_study: study {name!r} exists with a different spec "
+                    f"(kind {row[0]!r}); studies are immutable, choose another name"
+                )
+        return self._study(name)
+
+    def register_run(self, manifest: Manifest, study: str | None = None) -> RunRow:
+        """Record a run (idempotent: the first manifest of an identity is kept).
+
+        Args:
+            manifest: the run's manifest (:meth:`Manifest.for_spec`).
+            study: add the run to this existing study.
+
+        Returns:
+            The stored row.
+
+        Raises:
+            TypeError: ``manifest`` is not a :class:`Manifest`.
+            ValueError: ``study`` is not a recorded study.
+        """
+        if not isinstance(manifest, Manifest):
+            raise TypeError(f"register_run: manifest={manifest!r}; allowed: a Manifest")
+        with self._transaction(write=True) as conn:
+            if study is not None and not _exists(conn, "studies", "name", study):
+                raise ValueError(f"register_run: unknown study {study!r}; add_study it first")
+            if not _exists(conn, "runs", "identity", manifest.identity):
+                conn.execute(
+                    "INSERT INTO runs (identity, kind, spec_json, manifest_json, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (
+                        manifest.identity,
+                        manifest.kind,
+                        _dumps(manifest.spec),
+                        manifest.model_dump_json(),
+                        _now(),
+                    ),
+                )
+            if study is not None:
+                linked = conn.execute(
+                    "SELECT 1 FROM study_runs WHERE study = ? AND run = ?",
+                    (study, manifest.identity),
+                ).fetchone()
+                if linked is None:
+                    conn.execute(
+                        "INSERT INTO study_runs (study, run, created_at) VALUES (?, ?, ?)",
+                        (study, manifest.identity, _now()),
+                    )
+        return self.run(manifest.identity)
+
+    def start_attempt(self, identity: str, *, environment_digest: str | None = None) -> int:
+        """Open a new attempt at a run; its ordinal is the run's previous maximum + 1.
+
+        Args:
+            identity: the full run identity (64 hex characters).
+            environment_digest: digest of the attempting environment; default
+                :func:`gaugelab.study.spec.environment_digest` of this process.
+
+        Returns:
+            The attempt id (the handle for :meth:`log_metrics`, :meth:`end_attempt`).
+
+        Raises:
+            ValueError: the run is not registered.
+        """
+        if environment_digest is None:
+            environment_digest = _environment_digest()
+        with self._transaction(write=True) as conn:
+            if not _exists(conn, "runs", "identity", identity):
+                raise ValueError(f"start_attempt: unknown run {identity!r}; register_run first")
+            (ordinal,) = conn.execute(
+                "SELECT COALESCE(MAX(ordinal), 0) + 1 FROM attempts WHERE run = ?", (identity,)
+            ).fetchone()
+            cursor = conn.execute(
+                "INSERT INTO attempts (run, ordinal, environment_digest, started_at) "
+                "VALUES (?, ?, ?, ?)",
+                (identity, ordinal, environment_digest, _now()),
+            )
+            return int(cursor.lastrowid)
+
+    def end_attempt(self, attempt_id: int, termination: str, message: str = "") -> AttemptRow:
+        """Close an open attempt with its termination class (once).
+
+        Args:
+            attempt_id: from :meth:`start_attempt`.
+            termination: one of :data:`TERMINATION_CLASSES`.
+            message: free text, e.g. the exception that ended it.
+
+        Returns:
+            The ended attempt.
+
+        Raises:
+            ValueError: unknown termination class or attempt, or the attempt already ended.
+        """
+        if termination not in TERMINATION_CLASSES:
+            raise ValueError(
+                f"end_attempt: termination={termination!r}; allowed: "
+                f"{', '.join(TERMINATION_CLASSES)}"
+            )
+        with self._transaction(write=True) as conn:
+            row = self._open_attempt(conn, "end_attempt", attempt_id)
+            conn.execute(
+                "UPDATE attempts SET ended_at = ?, termination = ?, message = ? WHERE id = ?",
+                (_now(), termination, str(message), attempt_id),
+            )
+        return self._attempt_by_id(row[0], attempt_id)
+
+    def log_metrics(self, attempt_id: int, step: int, metrics: Mapping[str, float]) -> int:
+        """Append scalar metrics of one step in one transaction.
+
+        Args:
+            attempt_id: an open attempt, from :meth:`start_attempt`.
+            step: the step (≥ 0) the values belong to.
+            metrics: name → finite value (anything ``float()`` accepts, e.g. a 0-dim tensor).
+
+        Returns:
+            The number of rows written.
+
+        Raises:
+            NonFiniteError: a value is NaN or infinite; nothing is written.
+            ValueError: negative step, empty name, unknown or ended attempt, or a name already
+                logged at this step by this attempt (nothing is written).
+        """
+        step = operator.index(step)
+        if step < 0:
+            raise ValueError(f"log_metrics: step={step}; allowed: an integer ≥ 0")
+        rows = []
+        for name, value in metrics.items():
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"log_metrics: metric name {name!r}; allowed: non-empty string")
+            x = float(value)
+            if not math.isfinite(x):
+                raise NonFiniteError(f"log_metrics: metric {name!r} = {x} at step {step}")
+            rows.append((step, name, x))
+        with self._transaction(write=True) as conn:
+            run = self._open_attempt(conn, "log_metrics", attempt_id)[0]
+            try:
+                conn.executemany(
+                    "INSERT INTO metrics (run, attempt, step, name, value) VALUES (?, ?, ?, ?, ?)",
+                    [(run, attempt_id, s, n, v) for s, n, v in rows],
+                )
+            except sqlite3.IntegrityError as e:
+                raise ValueError(
+                    f"log_metrics: attempt {attempt_id} already logged one of "
+                    f"{sorted(metrics)} at step {step} ({e})"
+                ) from None
+        return len(rows)
+
+    def add_artifact(self, attempt_id: int, path: str | os.PathLike[str], kind: str) -> ArtifactRow:
+        """Record a file written by an open attempt, with the sha256 of its current content.
+
+        The path is stored relative to the store's directory when it lies inside it (so a
+        moved ``gaugelab-runs/`` folder stays valid), else absolute.
+
+        Args:
+            attempt_id: an open attempt.
+            path: an existing file.
+            kind: what it is, e.g. ``"checkpoint"``, ``"plot"``, ``"report"``.
+
+        Raises:
+            FileNotFoundError: ``path`` is not a file.
+            ValueError: empty kind, unknown or ended attempt.
+        """
+        if not isinstance(kind, str) or not kind:
+            raise ValueError(f"add_artifact: kind={kind!r}; allowed: a non-empty string")
+        file = Path(path).absolute()
+        if not file.is_file():
+            raise FileNotFoundError(f"add_artifact: {file} is not a file")
+        digest = file_sha256(file)
+        base = self._path.parent
+        stored = file.relative_to(base).as_posix() if file.is_relative_to(base) else str(file)
+        with self._transaction(write=True) as conn:
+            run = self._open_attempt(conn, "add_artifact", attempt_id)[0]
+            conn.execute(
+                "INSERT INTO artifacts (run, attempt, path, sha256, kind, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run, attempt_id, stored, digest, kind, _now()),
+            )
+        return self.artifacts(run)[-1]
+
+    @staticmethod
+    def _open_attempt(conn: sqlite3.Connection, caller: str, attempt_id: int) -> tuple:
+        row = conn.execute(
+            "SELECT run, termination FROM attempts WHERE id = ?", (attempt_id,)
+        ).fetchone()
+        if row is None:
+            raise ValueError(f"{caller}: unknown attempt id {attempt_id!r}")
+        if row[1] is not None:
+            raise ValueError(
+                f"{caller}: attempt {attempt_id} already ended as {row[1]!r}; "
+                "start a new attempt instead"
+            )
+        return tuple(row)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def studies(self) -> list[StudyRow]:
+        """All studies, oldest first."""
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                "SELECT name, kind, spec_json, created_at FROM studies ORDER BY created_at, name"
+            ).fetchall()
+        return [_study_row(r) for r in rows]
+
+    def _study(self, name: str) -> StudyRow:
+        query = "SELECT name, kind, spec_json, created_at FROM studies WHERE name = ?"
+        with self._transaction(write=False) as conn:
+            return _study_row(conn.execute(query, (name,)).fetchone())
+
+    def runs(self, study: str | None = None) -> list[RunRow]:
+        """Runs, oldest first: all of them, or those of one study.
+
+        Raises:
+            ValueError: ``study`` is not a recorded study.
+        """
+        with self._transaction(write=False) as conn:
+            if study is None:
+                rows = conn.execute(f"{_RUN_SELECT} ORDER BY created_at, identity").fetchall()
+            else:
+                if not _exists(conn, "studies", "name", study):
+                    raise ValueError(f"runs: unknown study {study!r}")
+                rows = conn.execute(
+                    f"{_RUN_SELECT} WHERE identity IN "
+                    "(SELECT run FROM study_runs WHERE study = ?) ORDER BY created_at, identity",
+                    (study,),
+                ).fetchall()
+            links: dict[str, list[str]] = {}
+            for s, r in conn.execute("SELECT study, run FROM study_runs ORDER BY study"):
+                links.setdefault(r, []).append(s)
+        return [self._run_row(r, links.get(r[0], [])) for r in rows]
+
+    def run(self, identity_prefix: str) -> RunRow:
+        """The run whose identity starts with ``identity_prefix``.
+
+        Args:
+            identity_prefix: at least 6 lowercase hex characters of the identity.
+
+        Raises:
+            ValueError: a malformed prefix, no such run, or several runs share the prefix
+                (the message lists them).
+        """
+        if not isinstance(identity_prefix, str) or not _PREFIX.fullmatch(identity_prefix):
+            raise ValueError(
+                f"run: identity prefix {identity_prefix!r}; allowed: 6 to 64 lowercase hex "
+                "characters"
+            )
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                f"{_RUN_SELECT} WHERE substr(identity, 1, ?) = ? ORDER BY identity LIMIT 11",
+                (len(identity_prefix), identity_prefix),
+            ).fetchall()
+            if len(rows) == 1:
+                studies = [
+                    s
+                    for (s,) in conn.execute(
+                        "SELECT study FROM study_runs WHERE run = ? ORDER BY study", (rows[0][0],)
+                    )
+                ]
+        if not rows:
+            raise ValueError(f"run: no run in {self._path} has identity {identity_prefix}…")
+        if len(rows) > 1:
+            shown = ", ".join(r[0][:12] for r in rows[:10]) + (", …" if len(rows) > 10 else "")
+            raise ValueError(
+                f"run: identity prefix {identity_prefix!r} is ambiguous ({shown}); give more "
+                "characters"
+            )
+        return self._run_row(rows[0], studies)
+
+    def _run_row(self, row: tuple, studies: list[str]) -> RunRow:
+        identity, kind, spec_json, manifest_json, created_at = row
+        try:
+            manifest = Manifest.model_validate_json(manifest_json)
+        except ValueError as e:
+            raise StoreError(f"{self._path}: run {identity} has an invalid manifest ({e})") from e
+        return RunRow(identity, kind, json.loads(spec_json), manifest, created_at, tuple(studies))
+
+    def completed(self, identity: str) -> bool:
+        """Whether any attempt at run ``identity`` ended as ``completed``."""
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT 1 FROM attempts WHERE run = ? AND termination = 'completed' LIMIT 1",
+                (identity,),
+            ).fetchone()
+        return row is not None
+
+    def attempts(self, identity: str) -> list[AttemptRow]:
+        """The attempts at run ``identity`` by ordinal (empty for an unknown run)."""
+        with self._transaction(write=False) as conn:
+            query = f"{_ATTEMPT_SELECT} WHERE run = ? ORDER BY ordinal"
+            rows = conn.execute(query, (identity,)).fetchall()
+        return [AttemptRow(*r) for r in rows]
+
+    def _attempt_by_id(self, run: str, attempt_id: int) -> AttemptRow:
+        return next(a for a in self.attempts(run) if a.id == attempt_id)
+
+    def metrics(
+        self, identity: str, *, ordinal: int | None = None, name: str | None = None
+    ) -> list[MetricRow]:
+        """Metrics of a run, sorted by name then step.
+
+        Args:
+            identity: the full run identity.
+            ordinal: one attempt's rows only. Default: the run's trajectory — for each
+                ``(name, step)`` the value of the latest attempt that logged it, among the
+                attempts up to the latest ``completed`` one (all attempts if none completed).
+                A run resumed from a checkpoint thus reads as one run: steps before the resume
+                point from the interrupted attempt, later steps from the resumed one.
+            name: one metric only.
+
+        Returns:
+            The rows; each names the attempt ordinal that logged it.
+        """
+        query = (
+            "SELECT m.run, a.ordinal, m.step, m.name, m.value FROM metrics m "
+            "JOIN attempts a ON a.id = m.attempt WHERE m.run = ?"
+        )
+        params: list[Any] = [identity]
+        with self._transaction(write=False) as conn:
+            if ordinal is not None:
+                query += " AND a.ordinal = ?"
+                params.append(ordinal)
+            else:
+                (last,) = conn.execute(
+                    "SELECT MAX(ordinal) FROM attempts WHERE run = ? AND termination = 'completed'",
+                    (identity,),
+                ).fetchone()
+                if last is not None:
+                    query += " AND a.ordinal <= ?"
+                    params.append(last)
+            if name is not None:
+                query += " AND m.name = ?"
+                params.append(name)
+            rows = conn.execute(query + " ORDER BY m.name, m.step, a.ordinal", params).fetchall()
+        latest = {(r[3], r[2]): MetricRow(*r) for r in rows}  # later ordinals overwrite
+        return list(latest.values())
+
+    def artifacts(self, identity: str) -> list[ArtifactRow]:
+        """Artifacts of run ``identity`` in the order they were added."""
+        with self._transaction(write=False) as conn:
+            rows = conn.execute(
+                "SELECT f.run, a.ordinal, f.path, f.sha256, f.kind, f.created_at "
+                "FROM artifacts f JOIN attempts a ON a.id = f.attempt WHERE f.run = ? "
+                "ORDER BY f.id",
+                (identity,),
+            ).fetchall()
+        base = self._path.parent
+        return [ArtifactRow(r[0], r[1], base / r[2], r[3], r[4], r[5]) for r in rows]
+
+
+_RUN_SELECT = "SELECT identity, kind, spec_json, manifest_json, created_at FROM runs"
+_ATTEMPT_SELECT = (
+    "SELECT id, run, ordinal, environment_digest, started_at, ended_at, termination, message "
+    "FROM attempts"
+)
+
+
+def _exists(conn: sqlite3.Connection, table: str, column: str, value: object) -> bool:
+    row = conn.execute(f"SELECT 1 FROM {table} WHERE {column} = ?", (value,)).fetchone()
+    return row is not None
+
+
+def _study_row(row: tuple) -> StudyRow:
+    name, kind, spec_json, created_at = row
+    return StudyRow(name, kind, None if spec_json is None else json.loads(spec_json), created_at)
