@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gaugelab.cli import twins
 from gaugelab.cli.bench import available_benchmarks, run_benchmark
 from gaugelab.equivariance import EQUIVARIANT, check_equivariance
 from gaugelab.errors import NonFiniteError
@@ -26,6 +27,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -214,6 +216,9 @@ def bench(
             console.print(run_benchmark(found[name], quick=quick, console=console))
     except (ValueError, FileNotFoundError) as exc:
         raise _fail(str(exc)) from None
+
+
+twins.register(app)
 
 
 def main() -> None:

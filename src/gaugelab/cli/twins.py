@@ -1,0 +1,210 @@
+"""``gaugelab twins``: the attention-head twin protocol (the main job)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gaugelab.equivariance.twins import DEFAULT_OPTIMIZERS, TwinSpec
+from gaugelab.errors import NonFiniteError
+from gaugelab.experiments.twins import (
+    QUICK_CHECKPOINTS,
+    QUICK_STEPS,
+    TABLE_STEPS,
+    TwinRow,
+    distance_figure,
+    summarize,
+    text_twin,
+    twin_sweep,
+)
+from gaugelab.study import report as rep
+from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore, StoreError
+from gaugelab.study.sweep import run_sweep
+
+console = Console()
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code=2)
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return "0" if x == 0 else f"{x:.2e}"
+
+
+def _steps(final: int) -> list[int]:
+    return [s for s in TABLE_STEPS if s < final] + [final]
+
+
+def _table(rows: list[TwinRow], final: int) -> Table:
+    table = Table(title="Relative logit distance of each twin to its base (validation)")
+    table.add_column("rule", no_wrap=True)
+    table.add_column("twin", no_wrap=True)
+    for s in _steps(final):
+        table.add_column(f"step {s}", justify="right", no_wrap=True)
+    table.add_column("QK drift", justify="right", no_wrap=True)
+    table.add_column("val acc", justify="right", no_wrap=True)
+    for row in rows:
+        label = row.optimizer if row.pair == 0 else f"{row.optimizer} #{row.pair}"
+        for i, (kind, by_step) in enumerate(row.distances.items()):
+            table.add_row(
+                label if i == 0 else "",
+                kind,
+                *(_fmt(by_step.get(s)) for s in _steps(final)),
+                _fmt(row.qk_drift.get(kind)),
+                f"{row.val_accuracy.get(kind, float('nan')):.3f}",
+            )
+        table.add_section()
+    return table
+
+
+def _merge_table(rows: list[TwinRow]) -> Table | None:
+    merged = [r for r in rows if r.merge]
+    if not merged:
+        return None
+    table = Table(title="Merging each twin into its base (validation loss / accuracy)")
+    for col in ("optimizer", "pair", "twin", "base", "twin model", "aligned average",
+                "unaligned average"):  # fmt: skip
+        table.add_column(col)
+    for row in merged:
+        for kind in row.distances:
+            cell = [
+                f"{row.merge.get(f'{kind}/{m}/val_loss', float('nan')):.3f} / "
+                f"{row.merge.get(f'{kind}/{m}/val_accuracy', float('nan')):.3f}"
+                for m in ("base", "twin", "aligned", "unaligned")
+            ]
+            table.add_row(row.optimizer, str(row.pair), kind, *cell)
+    return table
+
+
+def twins(
+    optimizers: Annotated[
+        str, typer.Option(help="Comma-separated rules; 'muon-hybrid' is muon + adam.")
+    ] = ",".join(DEFAULT_OPTIMIZERS),
+    steps: Annotated[int | None, typer.Option(help="Training steps (default 1500).")] = None,
+    quick: Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, for a first look.")] = False,
+    dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
+    pairs: Annotated[int, typer.Option(help="Init × gauge-draw pairs per optimizer.")] = 1,
+    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
+    max_workers: Annotated[int, typer.Option(help="Runs at once (each uses all threads).")] = 1,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
+    task: Annotated[str, typer.Option(help="modular (mod-47 addition) or text.")] = "modular",
+    text: Annotated[
+        Path | None, typer.Option(help="UTF-8 text for --task text, e.g. tinyshakespeare.txt.")
+    ] = None,
+    merge: Annotated[bool, typer.Option(help="Align and average each twin with its base.")] = False,
+    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
+    out: Annotated[
+        Path | None, typer.Option(help="Report folder (default: in the store's).")
+    ] = None,
+) -> None:
+    """Train each optimizer's base model with its gauge, identity and noise twins.
+
+    The gauge twin is the base with every attention head's (W_Q, W_K) in another basis (the
+    same function); the identity twin must stay bit-identical; the noise twin (W_Q, W_K + 1e-7
+    noise) shows how fast round-off alone grows. Defaults reproduce PROTOCOLS §5. Runs already
+    completed in the store are not run again.
+    """
+    names = [o.strip() for o in optimizers.split(",") if o.strip()]
+    try:
+        if task not in ("modular", "text"):
+            raise ValueError(f"--task {task!r}; allowed: modular, text")
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+        if task == "text":
+            if text is None:
+                raise ValueError("--task text needs --text PATH (a UTF-8 file)")
+            base = text_twin(str(text), steps=steps or (100 if quick else 300), dtype=dtype)
+        else:
+            n = steps or (QUICK_STEPS if quick else 1500)
+            marks = QUICK_CHECKPOINTS if quick and steps is None else TwinSpec().checkpoints
+            base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype)
+        sweep = twin_sweep(names, base=base, pairs=pairs, merge=merge)
+    except (ValueError, FileNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    total = len(sweep.specs())
+    console.print(
+        f"{total} twin runs ({', '.join(names)} × {pairs} pair(s)), {base.steps} steps each, "
+        f"{base.dtype}; store {store}"
+    )
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(
+                "{task.completed}/{task.total} runs"), TimeElapsedColumn(),
+                console=console) as progress:  # fmt: skip
+            bar = progress.add_task("training twins", total=total)
+            result = run_sweep(
+                sweep, executor=executor, max_workers=max_workers, store=store, address=address,
+                progress=lambda done, _: progress.update(bar, completed=done),
+            )  # fmt: skip
+    except (ValueError, StoreError, NonFiniteError) as exc:
+        raise _fail(str(exc)) from None
+    with RunStore(store) as db:
+        rows = summarize(db, sweep)
+    console.print(_table(rows, base.steps))
+    for row in rows:
+        label = row.optimizer if row.pair == 0 else f"{row.optimizer} #{row.pair}"
+        console.print(f"[bold]{label}[/]: {row.verdict} — {row.explanation}")
+    merge_table = _merge_table(rows)
+    if merge_table is not None:
+        console.print(merge_table)
+    for outcome in result.failed:
+        console.print(f"[red]failed[/] {outcome.identity[:12]}: {outcome.termination} — "
+                      f"{outcome.message}")  # fmt: skip
+    folder = out or Path(store).parent / "reports" / sweep.study
+    folder = folder / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder.mkdir(parents=True, exist_ok=False)
+    figure = rep.save_figure(
+        distance_figure(rows),
+        folder,
+        "logit_distance",
+        caption="Each twin's logit distance to its base; dashed: noise floor.",
+    )
+    html = rep.write_report(
+        rep.StudyReport(
+            name=sweep.study,
+            spec=sweep.spec.spec_dict(),
+            runs=[rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
+                                 {"verdict": r.verdict}) for r in rows],
+            tables=[_report_table(rows, base.steps)],
+            figures=[figure],
+            failures=[rep.Failure(o.identity, o.termination, o.message) for o in result.failed],
+            notes=[f"{r.optimizer} (pair {r.pair}): {r.verdict} — {r.explanation}" for r in rows],
+        ),
+        folder,
+    )  # fmt: skip
+    console.print(f"report: {html}")
+    if not quick or task != "modular":
+        return
+    console.print(
+        "This was the quick look. The full protocol (1500 steps, PROTOCOLS §5): "
+        "[bold]gaugelab twins[/] — add --dtype float64 for the float64 check, --pairs 3 for "
+        "more init × gauge draws, --merge to test merging."
+    )
+
+
+def _report_table(rows: list[TwinRow], final: int) -> rep.Table:
+    columns = ["optimizer", "pair", "twin", *(f"step {s}" for s in _steps(final)),
+               "QK drift", "val acc", "verdict"]  # fmt: skip
+    body = []
+    for row in rows:
+        for kind, by_step in row.distances.items():
+            cells = [_fmt(by_step.get(s)) for s in _steps(final)]
+            acc = f"{row.val_accuracy.get(kind, float('nan')):.3f}"
+            body.append([row.optimizer, row.pair, kind, *cells, _fmt(row.qk_drift.get(kind)),
+                         acc, row.verdict])  # fmt: skip
+    return rep.Table(title="Relative logit distance to the base", columns=columns, rows=body)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gaugelab twins`` to ``app``."""
+    app.command()(twins)

@@ -1,0 +1,113 @@
+"""Tests for gaugelab.equivariance.twins: the reduced twin protocol (a few steps of PROTOCOLS §5).
+
+Measured here (float32, 3 steps): adam's gauge twin 4.2e-3 at step 1 vs 3.0e-7 for its noise
+twin (the reference: 3.6e-3 vs 2.9e-7); scalar-adam's gauge twin 1.5e-7 vs noise 1.9e-7.
+"""
+
+import pytest
+import torch
+
+from gaugelab.equivariance.twins import (
+    BASIS_SENSITIVE,
+    CHAOTIC,
+    EQUIVARIANT,
+    INCONCLUSIVE,
+    TwinSpec,
+    build_members,
+    relative_distance,
+    run_twins,
+    twin_verdict,
+)
+from gaugelab.models.symmetry import head_gauge
+
+SHORT = dict(steps=3, checkpoints=(0, 1, 2, 3))
+
+
+def logit_distances(result, twin):
+    return [result.records[s][f"{twin}/logit_distance"] for s in sorted(result.records)]
+
+
+@pytest.fixture(scope="module")
+def adam():
+    return run_twins(TwinSpec(optimizer="adam", **SHORT))
+
+
+def test_adam_gauge_twin_splits_at_step_one_far_above_its_noise_twin(adam):
+    gauge, noise = logit_distances(adam, "gauge"), logit_distances(adam, "noise")
+    assert 1e-3 <= gauge[1] <= 1e-2  # PROTOCOLS §5 target window; measured 4.2e-3
+    assert gauge[1] >= 100 * noise[1]
+    assert adam.verdict == BASIS_SENSITIVE
+
+
+def test_identity_twins_are_exactly_zero_at_every_checkpoint(adam):
+    for step, metrics in adam.records.items():
+        assert metrics["identity/logit_distance"] == 0.0, step
+        assert metrics["identity/qk_drift_max"] == 0.0, step
+        assert metrics["identity/ov_drift_mean"] == 0.0, step
+
+
+def test_the_gauge_twin_starts_as_the_same_function(adam):
+    # step 0: the gauge twin differs only by rounding (the reference: 1.8e-7 vs 2.6e-7 noise)
+    assert adam.records[0]["gauge/logit_distance"] <= 1e-6
+    assert adam.records[0]["gauge/qk_drift_max"] <= 1e-5
+
+
+def test_the_same_spec_reproduces_the_same_numbers(adam):
+    again = run_twins(TwinSpec(optimizer="adam", **SHORT))
+    assert again.records == adam.records
+
+
+def test_scalar_adam_twin_stays_at_the_noise_floor():
+    result = run_twins(TwinSpec(optimizer="scalar-adam", **SHORT))
+    gauge, noise = logit_distances(result, "gauge"), logit_distances(result, "noise")
+    assert gauge[1] <= 10 * noise[1] and noise[1] <= 10 * gauge[1]
+    assert result.verdict == EQUIVARIANT
+
+
+def test_muon_hybrid_gauge_twin_is_within_ten_times_its_noise_twin_at_step_one():
+    result = run_twins(TwinSpec(optimizer="muon-hybrid", steps=1, checkpoints=(0, 1)))
+    gauge, noise = logit_distances(result, "gauge"), logit_distances(result, "noise")
+    assert gauge[1] <= 10 * noise[1]
+
+
+def test_in_float64_an_equivariant_gauge_twin_sits_at_round_off():
+    result = run_twins(
+        TwinSpec(
+            optimizer="heavy-ball", dtype="float64", steps=1, checkpoints=(0, 1), twins=("gauge",)
+        )
+    )
+    assert result.records[1]["gauge/logit_distance"] <= 1e-13
+    assert result.verdict == INCONCLUSIVE  # no noise twin: the triplet is incomplete
+
+
+def test_members_start_function_identical_and_the_gauge_is_a_head_gauge_element():
+    spec = TwinSpec(dtype="float64")
+    members, names = build_members(spec)
+    assert names == ["base", "gauge", "identity", "noise"]
+    base, gauge, identity, noise = members
+    x = torch.randint(0, 47, (16, 3), generator=torch.Generator().manual_seed(0))
+    x[:, 2] = 47
+    assert relative_distance(gauge(x), base(x)) <= 1e-13
+    assert torch.equal(identity(x), base(x))
+    assert 0 < float((noise.W_Q - base.W_Q).detach().abs().max()) <= 1e-6
+    # the gauge twin's W_Q is the base's rotated per head: recover the rotation, check it
+    R = torch.linalg.lstsq(base.W_Q[0, 0], gauge.W_Q[0, 0]).solution
+    assert head_gauge(spec.model).groups[0][0].contains(R, atol=1e-9)
+
+
+def test_twin_verdict_reads_the_triplet():
+    assert twin_verdict([4e-3, 1e-1], [3e-7, 5e-7])[0] == BASIS_SENSITIVE
+    assert twin_verdict([2e-7, 3e-7, 1e-6], [3e-7, 2e-7, 2e-6])[0] == EQUIVARIANT
+    assert twin_verdict([2e-7, 1e-4, 0.5], [3e-7, 1e-2, 0.4])[0] == CHAOTIC
+    assert twin_verdict([2e-7, 1e-5], [3e-7, 1e-7])[0] == INCONCLUSIVE
+    with pytest.raises(ValueError):
+        twin_verdict([], [])
+
+
+def test_bad_specs_raise():
+    with pytest.raises(ValueError, match="optimizer='adamm'"):
+        TwinSpec(optimizer="adamm")
+    with pytest.raises(ValueError, match="text_path"):
+        TwinSpec(task="text")
+    with pytest.raises(ValueError, match="repeats"):
+        TwinSpec(twins=("gauge", "gauge"))
