@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import timeit
 
-import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from gaugelab.cli.bench import matmul_rate
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.tasks import ModularArithmetic
 
@@ -28,13 +28,6 @@ COLUMNS = [
     "of fp32 matmul rate",
 ]
 MEMBERS = 4
-
-
-def _matmul_rate(number: int) -> float:
-    a = torch.randn(1024, 1024)
-    b = torch.randn(1024, 1024)
-    best = min(timeit.repeat(lambda: a @ b, number=number, repeat=3)) / number
-    return 2 * 1024**3 / best / 1e9
 
 
 def _case(config: TransformerConfig, n_examples: int, number: int, repeat: int):
@@ -74,7 +67,7 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
         ),
     ]
     task = progress.add_task("ensemble", total=len(cases) + 1) if progress else None
-    rate = _matmul_rate(5 if quick else 20)
+    rate = matmul_rate(5 if quick else 20)
     if progress:
         progress.advance(task)
     rows = []

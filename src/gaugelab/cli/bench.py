@@ -9,12 +9,21 @@ in the same run, since absolute seconds on a shared machine mean little.
 from __future__ import annotations
 
 import importlib.util
+import timeit
 from pathlib import Path
 from types import ModuleType
 
+import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+
+def matmul_rate(number: int = 20, size: int = 1024) -> float:
+    """This machine's fp32 matmul rate now, in GFLOP/s (best of 3 repeats of ``number``)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = min(timeit.repeat(lambda: a @ b, number=number, repeat=3)) / number
+    return 2 * size**3 / best / 1e9
 
 
 def _default_dir() -> Path:
