@@ -28,8 +28,7 @@ browser:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 demo: install
-	$(BIN)/gaugelab optimizers
-	$(BIN)/gaugelab check adam
+	$(BIN)/gaugelab twins --quick
 
 lint: install-test
 	$(BIN)/ruff check src tests benchmarks
