@@ -164,9 +164,11 @@ def relative_distance(a: torch.Tensor, b: torch.Tensor, dims: tuple[int, ...] | 
 def twin_verdict(gauge: list[float], noise: list[float]) -> tuple[str, str]:
     """Classify from the gauge and noise twins' logit distances at steps ≥ 1 (step 1 first).
 
-    ``basis-sensitive``: gauge ≥ 100 × noise at step 1. ``equivariant``: gauge within 10× of
-    the noise twin at every step. ``equivariant-then-chaotic``: within 10× at step 1, and both
-    end far above their step-1 floor (≥ 1000 × the noise twin's step-1 distance).
+    ``basis-sensitive``: gauge ≥ 100 × noise at step 1. ``equivariant-then-chaotic``: gauge
+    ≤ 10 × noise at step 1, and both end far above the step-1 floor (≥ 1000 × the noise twin's
+    step-1 distance): round-off is amplified, in every basis alike. ``equivariant``: gauge
+    ≤ 10 × noise at every step (in float64 an equivariant gauge twin sits far below its noise
+    twin, at round-off). Otherwise ``inconclusive``.
 
     Source: singh2026lossbasis, §6 (reading the triplet).
     """
@@ -175,16 +177,16 @@ def twin_verdict(gauge: list[float], noise: list[float]) -> tuple[str, str]:
     g1, n1 = gauge[0], max(noise[0], 1e-300)
     if g1 >= 100 * n1:
         return BASIS_SENSITIVE, f"gauge twin {g1:.1e} at step 1, {g1 / n1:.0f}× its noise twin"
-    within = [g <= 10 * max(n, 1e-300) and n <= 10 * max(g, 1e-300) for g, n in zip(
-        gauge, noise, strict=True)]  # fmt: skip
-    if all(within):
-        return EQUIVARIANT, f"gauge twin within 10× of its noise twin throughout (step 1: {g1:.1e})"
+    below = [g <= 10 * max(n, 1e-300) for g, n in zip(gauge, noise, strict=True)]
     floor = 1000 * n1
-    if within[0] and gauge[-1] >= floor and noise[-1] >= floor:
+    if below[0] and gauge[-1] >= floor and noise[-1] >= floor:
         return CHAOTIC, (
-            f"gauge and noise twins agree at step 1 ({g1:.1e} vs {n1:.1e}) and both grow past "
-            f"{floor:.0e}: chaotic amplification of round-off, not basis dependence"
+            f"gauge and noise twins agree at step 1 ({g1:.1e} vs {n1:.1e}) and both end far "
+            f"above that floor ({gauge[-1]:.1e} vs {noise[-1]:.1e}): chaotic amplification of "
+            f"round-off, not basis dependence"
         )
+    if all(below):
+        return EQUIVARIANT, f"gauge twin ≤ 10× its noise twin throughout (step 1: {g1:.1e})"
     return INCONCLUSIVE, f"gauge twin {gauge[-1]:.1e} vs noise twin {noise[-1]:.1e} at the end"
 
 
