@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gaugelab.cli import twins
+from gaugelab.cli import runs, twins
 from gaugelab.cli.bench import available_benchmarks, run_benchmark
 from gaugelab.equivariance import EQUIVARIANT, check_equivariance
 from gaugelab.errors import NonFiniteError
@@ -219,6 +219,7 @@ def bench(
 
 
 twins.register(app)
+runs.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,296 @@
+"""Commands that browse the run store: ``runs list``, ``runs show``, ``runs export``, ``report``.
+
+Every command reads the store at ``--store`` (default ``./gaugelab-runs/store.sqlite``) and
+never creates one. Strings from the store (study names, messages, spec values) are printed as
+plain text, never as rich markup. Errors are one ``error: …`` line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunStore, StoreError
+from gaugelab.study.summary import path_slug, write_study_report
+
+__all__ = ["export_metrics", "register"]
+
+EXPORT_FORMATS = ("csv", "json")
+EXPORT_COLUMNS = ("run", "attempt", "step", "name", "value")
+
+StoreOption = Annotated[
+    Path,
+    typer.Option(
+        "--store",
+        help="The run store file (never created by these commands).",
+        show_default=True,
+    ),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)  # one unwrapped line, whatever the terminal
+    return typer.Exit(code=2)
+
+
+def _console() -> Console:
+    return Console()  # built per command, so COLUMNS and the captured stdout are current
+
+
+def _t(value: object) -> Text:
+    """Plain text for a table cell: store strings are never read as rich markup."""
+    return Text("—" if value is None else str(value))
+
+
+@contextlib.contextmanager
+def _open_store(path: Path) -> Iterator[RunStore]:
+    """Open an existing store for reading; every store problem becomes a one-line error."""
+    try:
+        store = RunStore(path, create=False)
+    except FileNotFoundError:
+        raise _fail(f"no run store at {path}; run a sweep first or pass --store PATH") from None
+    except StoreError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        yield store
+    except (ValueError, OSError) as exc:  # StoreError, FileExistsError, NotADirectoryError …
+        raise _fail(str(exc)) from None
+    finally:
+        store.close()
+
+
+def list_runs(
+    study: Annotated[
+        str | None, typer.Option("--study", help="Only the runs of this study.")
+    ] = None,
+    store: StoreOption = DEFAULT_STORE_PATH,
+) -> None:
+    """List the runs in the store: identity, kind, studies, latest termination, attempts.
+
+    The termination column is the latest attempt's class (``open`` while it runs).
+    """
+    with _open_store(store) as db:
+        runs = db.runs(study)
+        title = f"runs in {db.path}" + (f" (study {study})" if study is not None else "")
+        table = Table(title=_t(title))
+        for col in ("identity", "kind", "studies", "termination", "attempts", "created"):
+            table.add_column(col, no_wrap=col in ("identity", "termination", "created"))
+        for run in runs:
+            attempts = db.attempts(run.identity)
+            latest = (attempts[-1].termination or "open") if attempts else "not started"
+            table.add_row(
+                _t(run.identity[:12]),
+                _t(run.kind),
+                _t(", ".join(run.studies)),
+                _t(latest),
+                _t(len(attempts)),
+                _t(run.created_at[:19]),
+            )
+    console = _console()
+    console.print(table)
+    if not runs:
+        console.print(Text("no runs" + (f" in study {study}" if study is not None else "")))
+
+
+def show_run(
+    run: Annotated[str, typer.Argument(help="A unique identity prefix (6+ hex characters).")],
+    store: StoreOption = DEFAULT_STORE_PATH,
+) -> None:
+    """Show one run: its manifest, spec, attempts and the last value of each metric."""
+    with _open_store(store) as db:
+        row = db.run(run)
+        attempts = db.attempts(row.identity)
+        metrics = db.metrics(row.identity)
+    m = row.manifest
+    console = _console()
+    manifest = Table(title=_t(f"run {row.identity}"), show_header=False)
+    manifest.add_column("field", style="bold", no_wrap=True)
+    manifest.add_column("value", overflow="fold")
+    fields = {
+        "identity": m.identity,
+        "kind": m.kind,
+        "studies": ", ".join(row.studies) or "—",
+        "gaugelab": m.gaugelab_version,
+        "torch": m.torch_version,
+        "python": m.python_version,
+        "machine": f"{m.machine.platform} ({m.machine.architecture}, {m.machine.cpu_count} CPUs)",
+        "dtype": m.dtype,
+        "seeds": ", ".join(f"{k}={v}" for k, v in m.seeds.items()) or "—",
+        "git commit": m.git_commit,
+        "created": m.created_at,
+    }
+    for key, value in fields.items():
+        manifest.add_row(key, _t(value))
+    console.print(manifest)
+    console.print(Text("spec:", style="bold"))
+    console.print(Text(json.dumps(row.spec, indent=2, sort_keys=True, ensure_ascii=False)))
+    table = Table(title="attempts")
+    for col in ("attempt", "termination", "started (UTC)", "ended (UTC)", "message"):
+        table.add_column(col, overflow="fold")
+    for a in attempts:
+        table.add_row(
+            _t(a.ordinal), _t(a.termination or "open"), _t(a.started_at[:26]),
+            _t(a.ended_at and a.ended_at[:26]),
+            _t(a.message),
+        )  # fmt: skip
+    console.print(table)
+    last: dict[str, MetricRow] = {}
+    for r in metrics:  # sorted by name, then step
+        last[r.name] = r
+    table = Table(title="last metrics (the run's trajectory)")
+    for col in ("metric", "step", "value", "attempt"):
+        table.add_column(col, justify="left" if col == "metric" else "right", overflow="fold")
+    for r in last.values():
+        table.add_row(_t(r.name), _t(r.step), _t(f"{r.value:.6g}"), _t(r.ordinal))
+    console.print(table)
+    if not last:
+        console.print("no metrics logged")
+
+
+def export_metrics(
+    store: RunStore, *, study: str | None = None, trajectory: bool = False
+) -> list[MetricRow]:
+    """Every metric row of the store (or of one study), run by run in store order.
+
+    Args:
+        store: an open run store.
+        study: only this study's runs.
+        trajectory: only the rows of each run's trajectory (per step, the latest attempt that
+            logged it, up to the latest completed attempt); default every attempt's rows.
+
+    Returns:
+        Rows sorted by run (oldest first), attempt ordinal, name, step.
+
+    Raises:
+        ValueError: unknown study.
+    """
+    rows: list[MetricRow] = []
+    for run in store.runs(study):
+        if trajectory:
+            found = store.metrics(run.identity)
+        else:
+            found = [
+                r
+                for a in store.attempts(run.identity)
+                for r in store.metrics(run.identity, ordinal=a.ordinal)
+            ]
+        rows.extend(sorted(found, key=lambda r: (r.ordinal, r.name, r.step)))
+    return rows
+
+
+def _render(rows: list[MetricRow], fmt: str) -> str:
+    if fmt == "json":
+        items = [json.dumps(dict(zip(EXPORT_COLUMNS, _fields(r), strict=True))) for r in rows]
+        return "[\n" + ",\n".join(items) + ("\n" if items else "") + "]\n"
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(EXPORT_COLUMNS)
+    writer.writerows(_fields(r) for r in rows)
+    return buffer.getvalue()
+
+
+def _fields(r: MetricRow) -> tuple:
+    return (r.run, r.ordinal, r.step, r.name, r.value)  # repr floats round-trip in both formats
+
+
+def export(
+    fmt: Annotated[
+        str, typer.Option("--format", help="Output format: csv or json.", show_default=True)
+    ] = "csv",
+    study: Annotated[
+        str | None, typer.Option("--study", help="Only the runs of this study.")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write to this new file (never overwritten); default stdout."),
+    ] = None,
+    trajectory: Annotated[
+        bool,
+        typer.Option(
+            "--trajectory",
+            help="Only each run's trajectory (latest attempt per step) instead of every "
+            "attempt's rows.",
+        ),
+    ] = False,
+    store: StoreOption = DEFAULT_STORE_PATH,
+) -> None:
+    """Export metric rows (run, attempt, step, name, value) as CSV or JSON."""
+    if fmt not in EXPORT_FORMATS:
+        raise _fail(f"--format {fmt!r}; allowed: {', '.join(EXPORT_FORMATS)}")
+    if out is not None and out.exists():
+        raise _fail(f"{out} already exists; refusing to overwrite, choose another --out FILE")
+    with _open_store(store) as db:
+        rows = export_metrics(db, study=study, trajectory=trajectory)
+    text = _render(rows, fmt)
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "x", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+    except FileExistsError:
+        raise _fail(
+            f"{out} already exists; refusing to overwrite, choose another --out FILE"
+        ) from None
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc}") from None
+    table = Table(title="export")
+    for col in ("file", "format", "rows", "runs"):
+        table.add_column(col)
+    table.add_row(_t(out), fmt, str(len(rows)), str(len({r.run for r in rows})))
+    _console().print(table)
+
+
+def report(
+    study: Annotated[str, typer.Argument(help="The study's name (see `gaugelab runs list`).")],
+    store: StoreOption = DEFAULT_STORE_PATH,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Output folder (default: <store folder>/reports/<study>/); an existing "
+            "report is never overwritten.",
+        ),
+    ] = None,
+) -> None:
+    """Write a study's self-contained HTML report (spec, runs, tables, figures, failures)."""
+    with _open_store(store) as db:
+        folder = out if out is not None else db.path.parent / "reports" / path_slug(study)
+        with _console().status(_t(f"writing the report to {folder}…"), spinner="dots"):
+            path = write_study_report(db, study, folder)
+        runs = db.runs(study)
+        attempts = [db.attempts(r.identity) for r in runs]
+    completed = sum(any(a.termination == "completed" for a in run) for run in attempts)
+    failures = sum(a.termination != "completed" for run in attempts for a in run)
+    table = Table(title=_t(f"report of study {study}"))
+    for col in ("report", "runs", "completed", "failed attempts"):
+        table.add_column(col, overflow="fold")
+    table.add_row(_t(path), str(len(runs)), str(completed), str(failures))
+    _console().print(table)
+    typer.echo(str(path))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``runs list``, ``runs show``, ``runs export`` and ``report`` to ``app``."""
+    runs_app = typer.Typer(
+        name="runs",
+        help="Browse the run store: list runs, show one, export metrics.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+    runs_app.command("list")(list_runs)
+    runs_app.command("show")(show_run)
+    runs_app.command("export")(export)
+    app.add_typer(runs_app, name="runs")
+    app.command("report")(report)

@@ -1,0 +1,182 @@
+"""Tests for `gaugelab runs list/show/export` and `gaugelab report` (gaugelab.cli.runs)."""
+
+import csv
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "study"))  # the toy spec of the study tests
+
+from toy import ToySpec
+
+from gaugelab.cli.runs import register
+from gaugelab.study.spec import Manifest
+from gaugelab.study.store import RunStore
+
+STUDY = "[red]zoo[/red] <b>"  # rich markup and HTML: must be printed literally, escaped in HTML
+app = typer.Typer()
+register(app)
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "250"})
+
+
+def log_run(store, identity, values, termination, message=""):
+    attempt = store.start_attempt(identity)
+    for step, value in enumerate(values, 1):
+        store.log_metrics(attempt, step, {"y": value})
+    store.end_attempt(attempt, termination, message)
+
+
+@pytest.fixture(scope="module")
+def store_path(tmp_path_factory):
+    """Three toy runs (completed; failed then retried; numerical failure), written directly."""
+    path = tmp_path_factory.mktemp("runs") / "store.sqlite"
+    specs = [ToySpec(x=1.0), ToySpec(x=2.0, fail="flaky-os"), ToySpec(x=3.0, fail="nan")]
+    with RunStore(path) as store:
+        store.add_study(STUDY, ToySpec())
+        store.add_study("other")
+        for spec in specs:
+            store.register_run(Manifest.for_spec(spec), study=STUDY)
+        ok, flaky, nan = (s.identity() for s in specs)
+        log_run(store, ok, [1.0, 2.0, 3.0], "completed")
+        log_run(store, flaky, [2.0], "infrastructure_failure", "OSError: [bold]disk hiccup")
+        log_run(store, flaky, [2.0, 4.0, 6.0], "completed")
+        log_run(store, nan, [3.0, 6.0], "numerical_failure", "NonFiniteError: loss became nan")
+    return path
+
+
+def ids():
+    return [s.identity() for s in (ToySpec(x=1.0), ToySpec(x=2.0, fail="flaky-os"))] + [
+        ToySpec(x=3.0, fail="nan").identity()
+    ]
+
+
+def test_every_command_has_help():
+    for args in (["runs", "--help"], ["runs", "list", "--help"], ["runs", "show", "--help"],
+                 ["runs", "export", "--help"], ["report", "--help"]):  # fmt: skip
+        result = invoke(*args)
+        assert result.exit_code == 0 and "Usage" in result.output, args
+    assert "--store" in invoke("runs", "list", "--help").output
+
+
+def test_list_shows_every_run_with_its_latest_termination(store_path):
+    result = invoke("runs", "list", "--store", store_path)
+    assert result.exit_code == 0, result.output
+    ok, flaky, nan = ids()
+    for identity in (ok, flaky, nan):
+        assert identity[:12] in result.output and identity[:13] not in result.output
+    assert "numerical_failure" in result.output and "completed" in result.output
+    assert STUDY in result.output  # printed literally, not read as markup
+    only_other = invoke("runs", "list", "--store", store_path, "--study", "other")
+    assert only_other.exit_code == 0 and ok[:12] not in only_other.output
+    assert "no runs in study other" in only_other.output
+
+
+def test_show_prints_manifest_spec_attempts_and_last_metrics(store_path):
+    _, flaky, _ = ids()
+    result = invoke("runs", "show", flaky[:8], "--store", store_path)
+    assert result.exit_code == 0, result.output
+    assert flaky in result.output
+    assert '"fail": "flaky-os"' in result.output  # the spec as JSON
+    assert "infrastructure_failure" in result.output
+    assert "OSError: [bold]disk hiccup" in result.output  # the message, literally
+    assert "6" in result.output.split("last metrics")[1]  # y at step 3 of attempt 2
+
+
+def test_export_csv_and_json_hold_every_attempts_rows(store_path):
+    csv_out = invoke("runs", "export", "--store", store_path, "--format", "csv")
+    assert csv_out.exit_code == 0, csv_out.output
+    rows = list(csv.DictReader(io.StringIO(csv_out.stdout)))
+    assert list(rows[0]) == ["run", "attempt", "step", "name", "value"]
+    assert len(rows) == 3 + (1 + 3) + 2  # every attempt's rows, the failed one included
+    json_out = invoke("runs", "export", "--store", store_path, "--format", "json")
+    records = json.loads(json_out.stdout)
+    assert [(r["run"], r["attempt"], r["step"], r["name"], r["value"]) for r in records] == [
+        (r["run"], int(r["attempt"]), int(r["step"]), r["name"], float(r["value"])) for r in rows
+    ]
+    trajectory = invoke("runs", "export", "--store", store_path, "--format", "json",
+                        "--trajectory", "--study", STUDY)  # fmt: skip
+    assert len(json.loads(trajectory.stdout)) == 3 + 3 + 2
+
+
+def test_export_to_a_file_never_overwrites(store_path, tmp_path):
+    out = tmp_path / "metrics.csv"
+    first = invoke("runs", "export", "--store", store_path, "--out", out)
+    assert first.exit_code == 0 and out.is_file()
+    content = out.read_bytes()
+    second = invoke("runs", "export", "--store", store_path, "--out", out, "--format", "json")
+    assert second.exit_code == 2 and "already exists" in second.stderr
+    assert out.read_bytes() == content
+
+
+def test_report_writes_html_in_the_store_folder_and_refuses_to_overwrite(store_path):
+    result = invoke("report", STUDY, "--store", store_path)
+    assert result.exit_code == 0, result.output
+    path = Path(result.stdout.strip().splitlines()[-1])
+    assert path.name == "report.html" and path.is_file()
+    assert path.parent.parent == store_path.parent / "reports"
+    page = path.read_text()
+    assert STUDY not in page and "[red]zoo[/red] &lt;b&gt;" in page
+    assert "numerical_failure" in page and "infrastructure_failure" in page
+    again = invoke("report", STUDY, "--store", store_path)
+    assert again.exit_code == 2 and "--out" in again.stderr and "Traceback" not in again.output
+
+
+def test_report_to_another_folder(store_path, tmp_path):
+    result = invoke("report", STUDY, "--store", store_path, "--out", tmp_path / "r")
+    assert result.exit_code == 0 and (tmp_path / "r" / "report.html").is_file()
+
+
+def colliding_specs():
+    """Two toy specs whose identities share their first 6 hex characters (a birthday search)."""
+    seen = {}
+    for seed in range(500_000):
+        spec = ToySpec(seed=seed)
+        prefix = spec.identity()[:6]
+        if prefix in seen:
+            return seen[prefix], spec
+        seen[prefix] = spec
+    raise AssertionError("no 6-character collision found")
+
+
+def test_errors_are_one_line_with_exit_code_2(store_path, tmp_path):
+    missing = tmp_path / "nowhere" / "store.sqlite"
+    not_a_store = tmp_path / "notes.txt"
+    not_a_store.write_text("hello")
+    cases = [
+        (("runs", "show", "abcdef", "--store", store_path), "no run"),
+        (("runs", "show", "xyz", "--store", store_path), "identity prefix"),
+        (("runs", "list", "--study", "nope", "--store", store_path), "unknown study 'nope'"),
+        (("report", "nope", "--store", store_path), "unknown study 'nope'"),
+        (("runs", "export", "--format", "xml", "--store", store_path), "--format 'xml'"),
+        (("runs", "list", "--store", missing), "no run store"),
+        (("report", STUDY, "--store", missing), "no run store"),
+        (("runs", "list", "--store", not_a_store), "not an SQLite database"),
+    ]
+    for args, fragment in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.stderr.startswith("error: ") and fragment in result.stderr, args
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+    assert not missing.parent.exists()  # reading never creates a store
+    assert not_a_store.read_text() == "hello"
+
+
+def test_an_ambiguous_prefix_lists_the_candidates(tmp_path):
+    a, b = colliding_specs()
+    path = tmp_path / "store.sqlite"
+    with RunStore(path) as store:
+        for spec in (a, b):
+            store.register_run(Manifest.for_spec(spec))
+    result = invoke("runs", "show", a.identity()[:6], "--store", path)
+    assert result.exit_code == 2 and "ambiguous" in result.stderr
+    assert a.identity()[:12] in result.stderr and b.identity()[:12] in result.stderr
+    assert invoke("runs", "show", a.identity()[:12], "--store", path).exit_code == 0
