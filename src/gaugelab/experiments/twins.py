@@ -47,8 +47,13 @@ class TwinStudy(ExperimentSpec):
 
     def seed_roles(self) -> dict[str, int]:
         t = self.twin
-        roles = dict(init_seed=t.init_seed, gauge_seed=t.gauge_seed, noise_seed=t.noise_seed,
-                     data_seed=t.data_seed, split_seed=t.split_seed)  # fmt: skip
+        roles = dict(
+            init_seed=t.init_seed,
+            gauge_seed=t.gauge_seed,
+            noise_seed=t.noise_seed,
+            data_seed=t.data_seed,
+            split_seed=t.split_seed,
+        )
         return dict(sorted(roles.items()))
 
     def dtype_name(self) -> str:
@@ -74,8 +79,9 @@ class TwinStudy(ExperimentSpec):
 
 def _validation(spec: TwinSpec) -> tuple[torch.Tensor, torch.Tensor, bool]:
     if spec.task == "modular":
-        task = ModularArithmetic(spec.modulus, train_fraction=spec.train_fraction,
-                                 seed=spec.split_seed)  # fmt: skip
+        task = ModularArithmetic(
+            spec.modulus, train_fraction=spec.train_fraction, seed=spec.split_seed
+        )
         return task.val_inputs, task.val_labels, True
     text = CharText(spec.text_path, block_size=spec.model.n_ctx)
     batches = text.batches(spec.batch_size, seed=spec.data_seed + 1, split="val")
@@ -92,9 +98,13 @@ def text_twin(path: str, *, steps: int = 300, block_size: int = 64, **overrides)
     text = CharText(path, block_size=block_size)
     checkpoints = tuple(s for s in (0, 1, 10, 50, 100, 200, 300, 500, 1000) if s <= steps)
     return TwinSpec(
-        task="text", text_path=str(Path(path).resolve()), steps=steps, checkpoints=checkpoints,
-        model=text_model_config(text.d_vocab, block_size), **overrides,
-    )  # fmt: skip
+        task="text",
+        text_path=str(Path(path).resolve()),
+        steps=steps,
+        checkpoints=checkpoints,
+        model=text_model_config(text.d_vocab, block_size),
+        **overrides,
+    )
 
 
 def twin_sweep(
@@ -158,8 +168,14 @@ def summarize(store: RunStore, sweep: Sweep) -> list[TwinRow]:
         identity = spec.identity()
         attempts = store.attempts(identity)
         termination = attempts[-1].termination if attempts else "not run"
-        row = TwinRow(spec.twin.optimizer, spec.twin.init_seed - base_init, identity,
-                      termination or "running", "", "")  # fmt: skip
+        row = TwinRow(
+            spec.twin.optimizer,
+            spec.twin.init_seed - base_init,
+            identity,
+            termination or "running",
+            "",
+            "",
+        )
         values: dict[str, dict[int, float]] = {}
         for m in store.metrics(identity):
             values.setdefault(m.name, {})[m.step] = m.value
@@ -170,8 +186,11 @@ def summarize(store: RunStore, sweep: Sweep) -> list[TwinRow]:
         for member in ("base", *spec.twin.twins):
             acc = values.get(f"{member}/val_accuracy", {}).get(final, float("nan"))
             row.val_accuracy[member] = acc
-        row.merge = {n.removeprefix("merge/"): v[final + 1] for n, v in values.items()
-                     if n.startswith("merge/") and final + 1 in v}  # fmt: skip
+        row.merge = {
+            n.removeprefix("merge/"): v[final + 1]
+            for n, v in values.items()
+            if n.startswith("merge/") and final + 1 in v
+        }
         gauge, noise = row.distances.get("gauge", {}), row.distances.get("noise", {})
         steps = sorted(s for s in gauge if s >= 1 and s in noise)
         if steps and termination == "completed":
