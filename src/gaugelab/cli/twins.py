@@ -102,6 +102,7 @@ def twins(
     text: Annotated[
         Path | None, typer.Option(help="UTF-8 text for --task text, e.g. tinyshakespeare.txt.")
     ] = None,
+    batch_size: Annotated[int, typer.Option(help="Minibatch size of --task text.")] = 32,
     merge: Annotated[bool, typer.Option(help="Align and average each twin with its base.")] = False,
     store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
     out: Annotated[
@@ -124,7 +125,10 @@ def twins(
         if task == "text":
             if text is None:
                 raise ValueError("--task text needs --text PATH (a UTF-8 file)")
-            base = text_twin(str(text), steps=steps or (100 if quick else 300), dtype=dtype)
+            base = text_twin(
+                str(text), steps=steps or (100 if quick else 300), dtype=dtype,
+                batch_size=batch_size,
+            )  # fmt: skip
         else:
             n = steps or (QUICK_STEPS if quick else 1500)
             marks = QUICK_CHECKPOINTS if quick and steps is None else TwinSpec().checkpoints
