@@ -19,6 +19,18 @@ from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.store import DEFAULT_STORE_PATH, TERMINATION_CLASSES, RunStore, StoreError
 from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
 
+_CHECKPOINT = ("Checkpoint", "latest_checkpoint", "load_checkpoint", "save_checkpoint")
+
+
+def __getattr__(name: str):
+    # checkpoints need torch; loaded on first use so store-only worker processes stay light
+    if name in _CHECKPOINT:
+        from gaugelab.study import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module 'gaugelab.study' has no attribute {name!r}")
+
+
 __all__ = [
     "DEFAULT_STORE_PATH",
     "TERMINATION_CLASSES",

@@ -15,6 +15,7 @@ Whatever ends the attempt is recorded as one of the termination classes:
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import traceback
@@ -119,13 +120,25 @@ def _summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
+_OPEN: dict[tuple[int, str], RunStore] = {}
+
+
+def _worker_store(path: str | os.PathLike[str]) -> RunStore:
+    """One open store per process and path: reopening per run costs a WAL flush each time."""
+    key = (os.getpid(), os.fspath(Path(path).absolute()))
+    if key not in _OPEN:
+        _OPEN[key] = RunStore(path, create=False)
+        atexit.register(_OPEN[key].close)
+    return _OPEN[key]
+
+
 def execute_run(
     store_path: str | os.PathLike[str], identity: str, module: str, qualname: str, payload: str
 ) -> Outcome:
     """Run one registered spec to the end of one attempt, in this process.
 
     Args:
-        store_path: the run store (opened here: one connection per worker process).
+        store_path: the run store (opened once per worker process and kept open).
         identity: the registered run's identity.
         module, qualname, payload: from :func:`spec_reference`.
 
@@ -133,36 +146,33 @@ def execute_run(
         The attempt's :class:`Outcome`. Exceptions are recorded, not raised — except that
         ``KeyboardInterrupt`` is re-raised after the attempt is recorded as ``cancelled``.
     """
-    store = RunStore(store_path, create=False)
+    store = _worker_store(store_path)  # stays open for this worker's next run
+    attempt_id = store.start_attempt(identity)
+    ordinal = store.attempts(identity)[-1].ordinal
     try:
-        attempt_id = store.start_attempt(identity)
-        ordinal = store.attempts(identity)[-1].ordinal
-        try:
-            spec = rebuild_spec(module, qualname, payload)
-            if spec.identity() != identity:
-                raise AdmissionError(f"the rebuilt spec has identity {spec.identity()[:16]}…")
-            context = RunContext(store, spec, attempt_id, ordinal)
-            admit = getattr(spec, "admit", None)
-            if admit is not None:
-                try:
-                    admit()
-                except ValueError as exc:
-                    raise AdmissionError(str(exc)) from exc
-            spec.execute(context)
-        except ValidationStop as exc:
-            termination, message, retry = "validation_stopped", str(exc), False
-        except NonFiniteError as exc:
-            termination, message, retry = "numerical_failure", _summary(exc), False
-        except AdmissionError as exc:
-            termination, message, retry = "admission_failure", _summary(exc), False
-        except KeyboardInterrupt:
-            store.end_attempt(attempt_id, "cancelled", "interrupted")
-            raise
-        except Exception as exc:
-            termination, message, retry = "infrastructure_failure", _summary(exc), retryable(exc)
-        else:
-            termination, message, retry = "completed", "", False
-        store.end_attempt(attempt_id, termination, message)
-        return Outcome(identity, ordinal, termination, message, retry)
-    finally:
-        store.close()
+        spec = rebuild_spec(module, qualname, payload)
+        if spec.identity() != identity:
+            raise AdmissionError(f"the rebuilt spec has identity {spec.identity()[:16]}…")
+        context = RunContext(store, spec, attempt_id, ordinal)
+        admit = getattr(spec, "admit", None)
+        if admit is not None:
+            try:
+                admit()
+            except ValueError as exc:
+                raise AdmissionError(str(exc)) from exc
+        spec.execute(context)
+    except ValidationStop as exc:
+        termination, message, retry = "validation_stopped", str(exc), False
+    except NonFiniteError as exc:
+        termination, message, retry = "numerical_failure", _summary(exc), False
+    except AdmissionError as exc:
+        termination, message, retry = "admission_failure", _summary(exc), False
+    except KeyboardInterrupt:
+        store.end_attempt(attempt_id, "cancelled", "interrupted")
+        raise
+    except Exception as exc:
+        termination, message, retry = "infrastructure_failure", _summary(exc), retryable(exc)
+    else:
+        termination, message, retry = "completed", "", False
+    store.end_attempt(attempt_id, termination, message)
+    return Outcome(identity, ordinal, termination, message, retry)

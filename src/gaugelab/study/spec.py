@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -213,12 +214,17 @@ class Machine(BaseModel):
 def current_environment() -> dict[str, Any]:
     """The environment of this process: ``torch_version``, ``python_version``, ``machine``.
 
-    ``torch`` is imported here (not at module import) so that store-only workers stay light.
+    The torch version is read from the installed distribution's metadata, so store-only
+    workers never import torch.
     """
-    import torch
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:  # a source build without metadata
+        import torch
 
+        torch_version = str(torch.__version__)
     return {
-        "torch_version": str(torch.__version__),
+        "torch_version": torch_version,
         "python_version": platform.python_version(),
         "machine": Machine.current().model_dump(),
     }
