@@ -19,7 +19,7 @@ install: $(VENV)/.torch
 	$(BIN)/pip install --quiet -e .
 
 install-test: $(VENV)/.torch browser
-	$(BIN)/pip install --quiet -e '.[test,ray]'
+	$(BIN)/pip install --quiet -e '.[test,ray,convex]'
 
 # The report tests drive Debian's Chromium (no browser download); install it once.
 browser:

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gaugelab.cli import runs, twins
+from gaugelab.cli import runs, twins, zoo
 from gaugelab.cli.bench import available_benchmarks, run_benchmark
 from gaugelab.equivariance import EQUIVARIANT, check_equivariance
 from gaugelab.errors import NonFiniteError
@@ -220,6 +220,7 @@ def bench(
 
 twins.register(app)
 runs.register(app)
+zoo.register(app)
 
 
 def main() -> None:

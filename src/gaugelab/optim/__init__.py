@@ -8,6 +8,7 @@ from gaugelab.optim.adafactor import Adafactor
 from gaugelab.optim.adam import Adam, AdamW, RMSprop
 from gaugelab.optim.adam_p import AdamP, ScalarAdam
 from gaugelab.optim.hybrid import Hybrid, is_hidden_matrix, muon_hybrid
+from gaugelab.optim.members import MemberLearningRates, cosine_factor
 from gaugelab.optim.muon import Muon
 from gaugelab.optim.registry import (
     BREAKS,
@@ -54,3 +55,4 @@ __all__ = [
     "make_optimizer",
     "muon_hybrid",
 ]
+__all__ += ["MemberLearningRates", "cosine_factor"]  # gaugelab.optim.members

@@ -1,0 +1,308 @@
+"""Commands ``gaugelab zoo`` and ``gaugelab dial``: the matrix-sensing experiments.
+
+Each runs a study in the run store (one run per rule, or per p), shows progress, prints the
+table and writes the HTML report. The work is done by :func:`gaugelab.experiments.run_zoo`,
+:func:`~gaugelab.experiments.run_dial` and the report functions; this module parses options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from gaugelab.errors import NonFiniteError
+from gaugelab.experiments.dial import DialSpec, run_dial
+from gaugelab.experiments.sensing_report import dial_report, dial_tables, zoo_report, zoo_tables
+from gaugelab.experiments.zoo import ZooSpec, run_zoo
+from gaugelab.study.report import Table, format_number
+from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
+
+__all__ = ["dial", "register", "zoo"]
+
+QUICK_STEPS = 2000
+QUICK_SEEDS = (42,)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)  # one unwrapped line, whatever the terminal
+    return typer.Exit(code=2)
+
+
+def _message(exc: ValueError) -> str:
+    if isinstance(exc, ValidationError):  # one line per field, without pydantic's links
+        return "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
+        )
+    return str(exc)
+
+
+def _rich(table: Table) -> RichTable:
+    out = RichTable(title=table.title, caption=table.caption or None)
+    for column in table.columns:
+        out.add_column(column, justify="right")
+    for row in table.rows:
+        out.add_row(*(Text(format_number(cell)) for cell in row))
+    return out
+
+
+def _floats(text: str, option: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: expected comma-separated numbers") from None
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{option} {text!r}: expected comma-separated integers") from None
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
+    grids = {}
+    for item in items:
+        rule, sep, values = item.partition("=")
+        if not sep or not rule.strip():
+            raise ValueError(f"--lr {item!r}: expected RULE=lr1,lr2,… e.g. --lr adam=1e-4,1e-3")
+        grids[rule.strip().replace("-", "_")] = _floats(values, "--lr")
+    return grids
+
+
+@contextlib.contextmanager
+def _progress(console: Console, labels: list[str], steps: int, workers: int) -> Iterator[Callable]:
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        if workers > 1:
+            task = bar.add_task(f"runs ({workers} workers)", total=len(labels))
+
+            def update(label: str, step: int, total: int) -> None:
+                bar.advance(task)
+
+        else:
+            tasks = {label: bar.add_task(label, total=steps) for label in labels}
+
+            def update(label: str, step: int, total: int) -> None:
+                if label in tasks:
+                    bar.update(tasks[label], completed=step)
+
+        yield update
+
+
+Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
+Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default: in the store's).")]
+Workers = Annotated[
+    int, typer.Option(help="Worker processes (1: this process, with per-step progress).")
+]
+
+
+def zoo(
+    size: Annotated[
+        int, typer.Option("--size", help="Matrix size n (60 with --rank 5: the size check).")
+    ] = 40,
+    rank: Annotated[int, typer.Option(help="Planted rank r*.")] = 3,
+    measurements: Annotated[int | None, typer.Option(help="m (default 2·r*(2n − r*)).")] = None,
+    init_scale: Annotated[float, typer.Option(help="Factor init scale.")] = 1e-3,
+    schedule: Annotated[
+        str,
+        typer.Option(
+            help="reference (cosine for the decayed set), constant or cosine (every rule)."
+        ),
+    ] = "reference",
+    tail: Annotated[
+        list[float] | None,
+        typer.Option("--tail", help="Spectral tail τ; repeat for a grid (one study per τ)."),
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Step budget (default 20000).")] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated seeds (default 42,123,456).")
+    ] = None,
+    rules: Annotated[
+        str | None, typer.Option(help="Comma-separated rules (default: the reference nine).")
+    ] = None,
+    decayed: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated rules on the cosine schedule (default muon,signum,lion,rmsprop)."
+        ),
+    ] = None,
+    lr: Annotated[
+        list[str] | None, typer.Option("--lr", help="Override a grid: RULE=lr1,lr2,… (repeatable).")
+    ] = None,
+    convex: Annotated[
+        bool, typer.Option(help="Minimum-nuclear-norm row (needs gaugelab[convex]).")
+    ] = True,
+    dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
+    quick: Annotated[
+        bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")
+    ] = False,
+    workers: Workers = 1,
+    store: Store = DEFAULT_STORE_PATH,
+    study: Annotated[
+        str | None, typer.Option(help="Study name (default: zoo-<spec hash>).")
+    ] = None,
+    out: Out = None,
+) -> None:
+    """The matrix-sensing optimizer zoo (PROTOCOLS §3): every rule, seeds × learning rates as
+    one ensemble per rule, the protocol's rate selection, the table and the split verdict.
+
+    The 60 × 60 rank-5 check: --size 60 --rank 5 --rules gd,adam,muon --decayed muon.
+    Runs already completed in the store are not run again.
+    """
+    console = Console()
+    try:
+        base = ZooSpec().model_dump()
+        grids = {**base["lr_grids"], **_lr_overrides(lr or [])}
+        fields = dict(
+            n=size,
+            rank=rank,
+            m=measurements,
+            init_scale=init_scale,
+            schedule=schedule,
+            dtype=dtype,
+            convex=convex,
+            lr_grids=grids,
+            steps=steps or (QUICK_STEPS if quick else base["steps"]),
+            seeds=_ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
+        )
+        if rules is not None:
+            fields["rules"] = _names(rules)
+        if decayed is not None:
+            fields["decayed"] = _names(decayed)
+        specs = [ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
+    except ValueError as exc:
+        raise _fail(_message(exc)) from None
+    for spec in specs:
+        console.print(
+            f"zoo: {len(spec.rules)} rules × {len(spec.seeds)} seeds, {spec.steps} steps, "
+            f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
+        )
+        try:
+            with _progress(console, spec.labels(), spec.steps, workers) as update:
+                result = run_zoo(
+                    spec,
+                    store=store,
+                    study=study if len(specs) == 1 else None,
+                    workers=workers,
+                    progress=update,
+                )
+            for table in zoo_tables(result):
+                console.print(_rich(table))
+            if result.split is not None:
+                style = "bold green" if result.split.clean else "bold red"
+                console.print(Text(result.split.sentence(), style=style))
+            for outcome in result.failures:
+                console.print(
+                    Text(
+                        f"failed {outcome.identity[:12]} ({', '.join(outcome.spec.labels())}): "
+                        f"{outcome.termination} — {outcome.message}",
+                        style="red",
+                    )
+                )
+            path = zoo_report(result, store, out if len(specs) == 1 else None)
+        except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
+            raise _fail(str(exc)) from None
+        console.print(Text(f"report: {path}"))
+    if quick:
+        console.print("This was the quick look; the full protocol is `gaugelab zoo`.")
+
+
+def dial(
+    ps: Annotated[
+        str | None, typer.Option("--ps", help="Comma-separated p (default 1,0.75,0.5,0.25,0).")
+    ] = None,
+    lrs: Annotated[
+        str | None, typer.Option("--lrs", help="Shared grid (default 1e-3,3e-3,1e-2,3e-2,1e-1).")
+    ] = None,
+    mean: Annotated[str, typer.Option(help="rms (exact at p = 0) or geometric.")] = "rms",
+    size: Annotated[int, typer.Option("--size", help="Matrix size n.")] = 40,
+    rank: Annotated[int, typer.Option(help="Planted rank r*.")] = 3,
+    init_scale: Annotated[float, typer.Option(help="Factor init scale.")] = 1e-3,
+    schedule: Annotated[
+        str, typer.Option(help="reference/constant (no decay) or cosine.")
+    ] = "reference",
+    steps: Annotated[int | None, typer.Option(help="Step budget (default 30000).")] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Comma-separated seeds (default 42,123,456).")
+    ] = None,
+    gd: Annotated[bool, typer.Option(help="Train gd for the reference line.")] = True,
+    dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
+    quick: Annotated[
+        bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")
+    ] = False,
+    workers: Workers = 1,
+    store: Store = DEFAULT_STORE_PATH,
+    study: Annotated[
+        str | None, typer.Option(help="Study name (default: dial-<spec hash>).")
+    ] = None,
+    out: Out = None,
+) -> None:
+    """The Adam-p dial (PROTOCOLS §4): recovery error and effective rank as Adam's denominator
+    is pooled toward one scalar, with the per-p rate arm and the fixed-rate arm.
+
+    Runs already completed in the store are not run again.
+    """
+    console = Console()
+    try:
+        base = DialSpec().model_dump()
+        spec = DialSpec(
+            ps=_floats(ps, "--ps") if ps else base["ps"],
+            lrs=_floats(lrs, "--lrs") if lrs else base["lrs"],
+            mean=mean,
+            n=size,
+            rank=rank,
+            init_scale=init_scale,
+            schedule=schedule,
+            steps=steps or (QUICK_STEPS if quick else base["steps"]),
+            gd_reference=gd,
+            seeds=_ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
+            dtype=dtype,
+        )
+    except ValueError as exc:
+        raise _fail(_message(exc)) from None
+    console.print(
+        f"dial: p ∈ {list(spec.ps)} × {len(spec.lrs)} rates × {len(spec.seeds)} seeds, "
+        f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
+    )
+    try:
+        with _progress(console, spec.labels(), spec.steps, workers) as update:
+            result = run_dial(spec, store=store, study=study, workers=workers, progress=update)
+        for table in dial_tables(result):
+            console.print(_rich(table))
+        for outcome in result.failures:
+            console.print(
+                Text(
+                    f"failed {outcome.identity[:12]}: {outcome.termination} — {outcome.message}",
+                    style="red",
+                )
+            )
+        path = dial_report(result, store, out)
+    except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
+        raise _fail(str(exc)) from None
+    console.print(Text(f"report: {path}"))
+    if quick:
+        console.print("This was the quick look; the full protocol is `gaugelab dial`.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gaugelab zoo`` and ``gaugelab dial`` to ``app``."""
+    app.command()(zoo)
+    app.command()(dial)

@@ -1,0 +1,383 @@
+"""Tables, figures and HTML reports of the zoo and the dial (through ``gaugelab.study.report``).
+
+The tables are :class:`gaugelab.study.report.Table` objects, shown by the CLI as rich tables and
+by the report as HTML; figures are matplotlib figures saved as PNG + SVG.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from gaugelab.experiments._engine import DIVERGED, INTERPOLATED, SensingBatch
+from gaugelab.experiments.dial import DialResult
+from gaugelab.experiments.zoo import CONVEX, ZooResult, ZooRow
+from gaugelab.optim import CLAIMS
+from gaugelab.study.report import (
+    Failure,
+    RunSummary,
+    StudyReport,
+    Table,
+    format_number,
+    plot_curves,
+    plot_scatter,
+    save_figure,
+    write_report,
+)
+
+__all__ = ["dial_report", "dial_tables", "zoo_report", "zoo_tables"]
+
+_GRID_NOTE = (
+    "The learning-rate grids are ours (the reference grids are not published); the rate is "
+    "the protocol's: lowest mean recovery among rates whose worst seed interpolates."
+)
+
+
+def _seeds(xs: list[float]) -> str:
+    return " / ".join(format_number(x) for x in xs) if xs else "—"
+
+
+def _mean(xs: list[float]) -> float | None:
+    finite = [x for x in xs if math.isfinite(x)]
+    return sum(finite) / len(finite) if finite else None
+
+
+def _row(row: ZooRow, claim: str) -> list:
+    flag = "" if row.choice.interpolated else "⚑ no rate interpolated on every seed"
+    convex = row.rule == CONVEX
+    lr = None if row.choice.lr is None or convex else f"{row.choice.lr:g}"
+    schedule = "—" if convex else "cosine" if row.decayed else "constant"
+    steps = "—" if convex else " / ".join(str(s) for s in row.steps) or "—"
+    return [
+        row.rule,
+        row.klass,
+        claim,
+        lr,
+        schedule,
+        _mean(row.recovery),
+        _seeds(row.recovery),
+        _mean(row.loss),
+        _mean(row.effective_rank),
+        _mean(row.balancedness),
+        steps,
+        flag,
+    ]
+
+
+def zoo_tables(result: ZooResult) -> list[Table]:
+    """The zoo table, the split verdict and the per-rate grid (the evidence of the selection)."""
+    columns = [
+        "rule",
+        "class",
+        "O(k) claim",
+        "lr",
+        "schedule",
+        "mean recovery",
+        "recovery per seed",
+        "train loss",
+        "effective rank",
+        "balancedness",
+        "steps per seed",
+        "flag",
+    ]
+    rows = [_row(r, CLAIMS[r.rule]["orthogonal"].property) for r in result.rows]
+    if result.convex is not None:
+        rows.append(_row(result.convex, "—"))
+    spec = result.spec
+    title = (
+        f"matrix-sensing zoo: n = {spec.n}, r* = {spec.rank}, seeds {list(spec.seeds)}, "
+        f"{spec.steps} steps, {spec.dtype}, schedule {spec.schedule}"
+        + (f", tail τ = {spec.tail:g}" if spec.tail else "")
+    )
+    tables = [Table(title, columns, rows, caption=_GRID_NOTE)]
+    if result.split is not None:
+        s = result.split
+        tables.append(
+            Table(
+                "split: worst equivariant vs best coordinatewise (mean recovery error)",
+                [
+                    "worst equivariant",
+                    "recovery",
+                    "best coordinatewise",
+                    "recovery",
+                    "gap",
+                    "clean split",
+                    "classified",
+                ],
+                [
+                    [
+                        s.worst_equivariant,
+                        s.worst_equivariant_recovery,
+                        s.best_coordinatewise,
+                        s.best_coordinatewise_recovery,
+                        s.gap,
+                        "yes" if s.clean else "no",
+                        f"{s.classified}/{s.total}",
+                    ]
+                ],
+            )
+        )
+    grid_rows = []
+    for r in result.rows:
+        g = r.grid
+        for j, lr in enumerate(g.lrs):
+            status = [row[j] for row in g.status]
+            grid_rows.append(
+                [
+                    r.rule,
+                    f"{lr:g}",
+                    _mean([row[j] for row in g.recovery]),
+                    f"{status.count(INTERPOLATED)}/{len(status)}",
+                    status.count(DIVERGED),
+                    _mean([float(row[j]) for row in g.steps]),
+                    "chosen" if j == r.choice.index else "",
+                ]
+            )
+    tables.append(
+        Table(
+            "every rate of every grid",
+            ["rule", "lr", "mean recovery", "interpolated", "diverged", "mean steps", ""],
+            grid_rows,
+        )
+    )
+    return tables
+
+
+def _new_dir(directory: Path | None, base: Path, study: str) -> Path:
+    if directory is not None:
+        return Path(directory)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    return base / "reports" / study / stamp
+
+
+def zoo_figures(result: ZooResult, directory: Path) -> list:
+    """Recovery against effective rank by class, singular spectra, and loss curves."""
+    figures = []
+    rows = result.rows + ([result.convex] if result.convex is not None else [])
+    points = [
+        {"effective rank": er, "recovery error": rec, "class": r.klass, "rule": r.rule}
+        for r in rows
+        for rec, er in zip(r.recovery, r.effective_rank, strict=True)
+    ]
+    if points:
+        fig = plot_scatter(
+            points,
+            x="effective rank",
+            y="recovery error",
+            color_by="class",
+            title="recovery error against effective rank (per seed)",
+        )
+        ax = fig.axes[0]
+        for r in rows:
+            if r.recovery:
+                mean = (_mean(r.effective_rank), _mean(r.recovery))
+                ax.scatter(*mean, marker="x", color="black", s=16, linewidths=0.8)
+                ax.annotate(
+                    r.rule,
+                    mean,
+                    fontsize="small",
+                    xytext=(3, 3),
+                    textcoords="offset points",
+                )
+        figures.append(
+            save_figure(
+                fig,
+                directory,
+                "recovery_vs_effective_rank",
+                caption="each point a seed at the rule's chosen rate; × the rule's mean",
+            )
+        )
+    batch = SensingBatch.build(result.spec)
+    target = torch.linalg.svdvals(batch.target.double()).mean(0).tolist()
+    series = {"target": (list(range(1, len(target) + 1)), target)}
+    for r in rows:
+        if r.spectra:
+            mean = [sum(col) / len(col) for col in zip(*r.spectra, strict=True)]
+            series[r.rule] = (list(range(1, len(mean) + 1)), mean)
+    fig = plot_curves(
+        series,
+        title="singular values of the recovered U Vᵀ (mean over seeds)",
+        xlabel="index",
+        ylabel="singular value",
+        logy=True,
+    )
+    ax = fig.axes[0]
+    ax.lines[0].set(color="black", linestyle="--")  # the target, apart from the rules
+    ax.legend(fontsize="small", ncols=2)
+    figures.append(save_figure(fig, directory, "spectra", caption="dashed: the target X*"))
+    curves = {}
+    for r in result.rows:
+        j = r.choice.index
+        if j is not None and r.grid.curve_steps:
+            loss = [_mean([seed[j] for seed in c]) or float("nan") for c in r.grid.curve_loss]
+            curves[r.rule] = (r.grid.curve_steps, loss)
+    if curves:
+        fig = plot_curves(
+            curves,
+            title="train loss at the chosen rate (mean over seeds)",
+            xlabel="step",
+            ylabel="loss",
+            logy=True,
+            hlines={"interpolation": result.spec.interpolation_loss},
+        )
+        figures.append(save_figure(fig, directory, "loss_curves"))
+    return figures
+
+
+def _runs(outcomes) -> tuple[list[RunSummary], list[Failure]]:
+    runs = [
+        RunSummary(
+            o.identity,
+            o.termination,
+            ", ".join(o.spec.labels()),
+            {"cached": "yes" if o.cached else "no"},
+        )
+        for o in outcomes
+    ]
+    failures = [
+        Failure(o.identity, o.termination, o.message)
+        for o in outcomes
+        if o.termination != "completed"
+    ]
+    return runs, failures
+
+
+def zoo_report(result: ZooResult, store: str | Path, directory: Path | None = None) -> Path:
+    """Write the zoo's HTML report (tables, figures, split verdict, failures).
+
+    Args:
+        result: from :func:`gaugelab.experiments.zoo.run_zoo`.
+        store: the run store path (the default folder is ``<store dir>/reports/<study>/<time>``).
+        directory: the report folder instead (must not hold a report already).
+
+    Returns:
+        The path of ``report.html``.
+
+    Raises:
+        FileExistsError: the folder already holds a report or figures.
+    """
+    directory = _new_dir(directory, Path(store).absolute().parent, result.study)
+    figures = zoo_figures(result, directory)
+    runs, failures = _runs(result.outcomes)
+    notes = [_GRID_NOTE]
+    if result.split is not None:
+        notes.insert(0, result.split.sentence())
+    for r in result.rows:
+        if not r.choice.interpolated:
+            notes.append(f"{r.rule}: {r.choice.reason}")
+    if result.convex is None and result.spec.convex:
+        notes.append(f"{CONVEX}: the convex row did not complete (is cvxpy installed?)")
+    report = StudyReport(
+        name=result.study,
+        spec=result.spec.spec_dict(),
+        runs=runs,
+        tables=zoo_tables(result),
+        figures=figures,
+        failures=failures,
+        notes=notes,
+        created_at=datetime.now(UTC),
+    )
+    return write_report(report, directory)
+
+
+def dial_tables(result: DialResult) -> list[Table]:
+    """The per-p arm table and the fixed-rate arm table (mean recovery error, p × rate)."""
+    spec = result.spec
+    rows = []
+    for pt in result.points + ([result.gd] if result.gd is not None else []):
+        label = "gd" if math.isnan(pt.p) else format_number(pt.p)
+        flag = "" if pt.choice.interpolated else "⚑ no rate interpolated on every seed"
+        lr = None if pt.choice.lr is None else f"{pt.choice.lr:g}"
+        rows.append(
+            [label, lr, _mean(pt.recovery), _seeds(pt.recovery), _mean(pt.effective_rank), flag]
+        )
+    per_p = Table(
+        f"Adam-p dial ({spec.mean} mean), per-p rates: n = {spec.n}, r* = {spec.rank}, "
+        f"{spec.steps} steps, {spec.dtype}; recovery error "
+        + ("increases monotonically with p" if result.monotone else "is NOT monotone in p"),
+        ["p", "lr", "mean recovery", "recovery per seed", "effective rank", "flag"],
+        rows,
+        caption=f"planted effective rank {result.planted_effective_rank:.3g}",
+    )
+    fixed_rows = []
+    for pt in result.points:
+        cells: list = [format_number(pt.p)]
+        for j in range(len(spec.lrs)):
+            rec, _, ok = pt.at_rate(j)
+            cells.append(f"{format_number(rec)}{'' if ok else '*'}")
+        fixed_rows.append(cells)
+    fixed = Table(
+        "fixed-rate arm: mean recovery error at each shared rate",
+        ["p", *(f"{lr:g}" for lr in spec.lrs)],
+        fixed_rows,
+        caption="* some seed did not interpolate at that rate",
+    )
+    return [per_p, fixed]
+
+
+def dial_figures(result: DialResult, directory: Path) -> list:
+    """Recovery error and effective rank against p: per-p arm, fixed-rate arms, references."""
+    figures = []
+    ps = [pt.p for pt in result.points]
+    for metric, index, name in (
+        ("recovery error", 0, "recovery"),
+        ("effective rank", 1, "effective_rank"),
+    ):
+        series = {}
+        if result.points:
+            values = [
+                pt.mean_recovery if index == 0 else pt.mean_effective_rank for pt in result.points
+            ]
+            series["per-p rate"] = (ps, values)
+            for j, lr in enumerate(result.spec.lrs):
+                series[f"fixed lr {lr:g}"] = (ps, [pt.at_rate(j)[index] for pt in result.points])
+        hlines = {}
+        if result.gd is not None:
+            gd = result.gd
+            hlines["gd"] = gd.mean_recovery if index == 0 else gd.mean_effective_rank
+        if index == 1:
+            hlines["planted"] = result.planted_effective_rank
+        if not series:
+            continue
+        fig = plot_curves(
+            series,
+            title=f"Adam-p dial: {metric} against p",
+            xlabel="p",
+            ylabel=metric,
+            hlines=hlines,
+        )
+        ax = fig.axes[0]
+        ax.lines[0].set(color="black", linewidth=2.4, marker="o", zorder=5)  # the per-p arm
+        for line in ax.lines[1 : 1 + len(result.spec.lrs)]:
+            line.set(linewidth=1.0, alpha=0.75, marker=".")
+        ax.legend(fontsize="small")
+        caption = "black: per-p rate (the protocol's selection); thin: one shared rate"
+        figures.append(save_figure(fig, directory, f"dial_{name}", caption=caption))
+    return figures
+
+
+def dial_report(result: DialResult, store: str | Path, directory: Path | None = None) -> Path:
+    """Write the dial's HTML report; arguments and errors as :func:`zoo_report`."""
+    directory = _new_dir(directory, Path(store).absolute().parent, result.study)
+    figures = dial_figures(result, directory)
+    runs, failures = _runs(result.outcomes)
+    notes = [
+        "recovery error increases monotonically with p"
+        if result.monotone
+        else "recovery error is NOT monotone in p",
+        "the gd reference uses gd's zoo grid (ours) at the dial's budget",
+    ]
+    report = StudyReport(
+        name=result.study,
+        spec=result.spec.spec_dict(),
+        runs=runs,
+        tables=dial_tables(result),
+        figures=figures,
+        failures=failures,
+        notes=notes,
+        created_at=datetime.now(UTC),
+    )
+    return write_report(report, directory)
