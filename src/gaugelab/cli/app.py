@@ -21,8 +21,10 @@ from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
 app = typer.Typer(
     name="gaugelab",
     help=(
-        "Optimizer geometry on factored models: list the optimizer zoo, certify an "
-        "optimizer's gauge equivariance, run benchmarks."
+        "Optimizer geometry on factored models. The main job: `gaugelab twins` (the "
+        "attention-head twin protocol). Also: the optimizer zoo and its certificates "
+        "(`optimizers`, `check`), the matrix-sensing zoo and the Adam-p dial (`zoo`, `dial`), "
+        "the run store (`runs`, `report`) and benchmarks (`bench`)."
     ),
     no_args_is_help=True,
     add_completion=False,

@@ -259,7 +259,7 @@ def report(
         Path | None,
         typer.Option(
             "--out",
-            help="Output folder (default: <store folder>/reports/<study>/); an existing "
+            help="Output folder (default: reports/STUDY beside the store); an existing "
             "report is never overwritten.",
         ),
     ] = None,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -29,6 +31,13 @@ from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore, StoreError
 from gaugelab.study.sweep import run_sweep
 
 console = Console()
+
+
+def _one_line(exc: Exception) -> str:
+    """A validation error as one line (pydantic's own message spans several)."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+    return str(exc)
 
 
 def _fail(message: str) -> typer.Exit:
@@ -103,6 +112,13 @@ def twins(
         Path | None, typer.Option(help="UTF-8 text for --task text, e.g. tinyshakespeare.txt.")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Minibatch size of --task text.")] = 32,
+    threads: Annotated[
+        int,
+        typer.Option(
+            help="Torch threads per run (the model is small: one thread is fastest on a shared "
+            "machine; use --max-workers for more cores). OMP_NUM_THREADS, if set, wins."
+        ),
+    ] = 1,
     merge: Annotated[bool, typer.Option(help="Align and average each twin with its base.")] = False,
     store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
     out: Annotated[
@@ -118,6 +134,16 @@ def twins(
     """
     names = [o.strip() for o in optimizers.split(",") if o.strip()]
     try:
+        if steps is not None and steps < 1:
+            raise ValueError(f"--steps {steps}; allowed: an integer >= 1")
+        if executor not in ("local", "ray"):
+            raise ValueError(f"--executor {executor!r}; allowed: local, ray")
+        for option, value in (("--max-workers", max_workers), ("--threads", threads),
+                              ("--pairs", pairs), ("--batch-size", batch_size)):  # fmt: skip
+            if value < 1:
+                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+        if len(set(names)) != len(names):
+            raise ValueError(f"--optimizers {optimizers!r} repeats a rule")
         if task not in ("modular", "text"):
             raise ValueError(f"--task {task!r}; allowed: modular, text")
         if dtype not in ("float32", "float64"):
@@ -135,7 +161,8 @@ def twins(
             base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype)
         sweep = twin_sweep(names, base=base, pairs=pairs, merge=merge)
     except (ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(_one_line(exc)) from None
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     total = len(sweep.specs())
     console.print(
         f"{total} twin runs ({', '.join(names)} × {pairs} pair(s)), {base.steps} steps each, "
@@ -152,6 +179,8 @@ def twins(
             )  # fmt: skip
     except (ValueError, StoreError, NonFiniteError) as exc:
         raise _fail(str(exc)) from None
+    if result.skipped:
+        console.print(f"{len(result.skipped)} run(s) were already completed in the store: reused")
     with RunStore(store) as db:
         rows = summarize(db, sweep)
     console.print(_table(rows, base.steps))
@@ -179,7 +208,7 @@ def twins(
             spec=sweep.spec.spec_dict(),
             runs=[rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
                                  {"verdict": r.verdict}) for r in rows],
-            tables=[_report_table(rows, base.steps)],
+            tables=[_report_table(rows, base.steps), *_merge_report_table(rows)],
             figures=[figure],
             failures=[rep.Failure(o.identity, o.termination, o.message) for o in result.failed],
             notes=[f"{r.optimizer} (pair {r.pair}): {r.verdict} — {r.explanation}" for r in rows],
@@ -207,6 +236,28 @@ def _report_table(rows: list[TwinRow], final: int) -> rep.Table:
             body.append([row.optimizer, row.pair, kind, *cells, _fmt(row.qk_drift.get(kind)),
                          acc, row.verdict])  # fmt: skip
     return rep.Table(title="Relative logit distance to the base", columns=columns, rows=body)
+
+
+def _merge_report_table(rows: list[TwinRow]) -> list[rep.Table]:
+    merged = [r for r in rows if r.merge]
+    if not merged:
+        return []
+    models = ("base", "twin", "aligned", "unaligned")
+    body = []
+    for row in merged:
+        for kind in row.distances:
+            body.append([row.optimizer, row.pair, kind, *(
+                f"{row.merge.get(f'{kind}/{m}/val_loss', float('nan')):.3f} / "
+                f"{row.merge.get(f'{kind}/{m}/val_accuracy', float('nan')):.3f}"
+                for m in models)])  # fmt: skip
+    return [rep.Table(
+        title="Merging each twin into its base: validation loss / accuracy",
+        columns=["optimizer", "pair", "twin", "base", "twin model", "aligned average",
+                 "unaligned average"],
+        rows=body,
+        caption="aligned: the twin rotated head by head onto the base (orthogonal Procrustes "
+        "on (W_Q, W_K) and (W_V, W_O)) before averaging; unaligned: averaged as is.",
+    )]  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

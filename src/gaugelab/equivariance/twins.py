@@ -86,6 +86,9 @@ class TwinSpec(BaseModel):
     train_fraction: float = Field(0.4, gt=0, lt=1, description="Train share of the pairs.")
     split_seed: int = Field(42, description="Seed of the random train/validation split.")
     text_path: str | None = Field(None, description="UTF-8 text file for task='text'.")
+    text_sha256: str | None = Field(
+        None, description="sha256 of the text file; part of the identity, checked before training."
+    )
     batch_size: int = Field(32, ge=1, description="Minibatch size for task='text'.")
     val_batches: int = Field(4, ge=1, description="Validation batches for task='text'.")
     optimizer: str = Field("adam", description="A zoo rule or 'muon-hybrid'.")
@@ -203,6 +206,11 @@ class _Data:
             self.last_only = True
         else:
             text = CharText(spec.text_path, block_size=spec.model.n_ctx)
+            if spec.text_sha256 is not None and text.sha256 != spec.text_sha256:
+                raise ValueError(
+                    f"TwinSpec: {spec.text_path} has sha256 {text.sha256[:12]}…, the spec "
+                    f"expects {spec.text_sha256[:12]}…: the file changed"
+                )
             self.stream = text.batches(spec.batch_size, seed=spec.data_seed)
             val = text.batches(spec.batch_size, seed=spec.data_seed + 1, split="val")
             xs, ys = zip(*(next(val) for _ in range(spec.val_batches)), strict=True)

@@ -100,6 +100,7 @@ def text_twin(path: str, *, steps: int = 300, block_size: int = 64, **overrides)
     return TwinSpec(
         task="text",
         text_path=str(Path(path).resolve()),
+        text_sha256=text.sha256,
         steps=steps,
         checkpoints=checkpoints,
         model=text_model_config(text.d_vocab, block_size),
