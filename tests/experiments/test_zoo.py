@@ -7,7 +7,6 @@ adafactor (3e-3) 0.209, rmsprop (3e-3, cosine) 0.254. Balancedness ‖UᵀU − 
 adam ≈ 2.6 (n = 8 smoke run) — gradient descent nearly conserves it, Adam does not.
 """
 
-
 import pytest
 import torch
 from pydantic import ValidationError

@@ -8,6 +8,8 @@ table and writes the HTML report. The work is done by :func:`gaugelab.experiment
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
@@ -32,6 +34,13 @@ QUICK_STEPS = 2000
 QUICK_SEEDS = (42,)
 
 
+def _console() -> Console:
+    """Rich's width in a terminal (or $COLUMNS); 200 columns when printing to a file or pipe,
+    so that a saved table is not folded to 80."""
+    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(width=200 if wide else None)
+
+
 def _fail(message: str) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)  # one unwrapped line, whatever the terminal
     return typer.Exit(code=2)
@@ -48,7 +57,7 @@ def _message(exc: ValueError) -> str:
 def _rich(table: Table) -> RichTable:
     out = RichTable(title=table.title, caption=table.caption or None)
     for column in table.columns:
-        out.add_column(column, justify="right")
+        out.add_column(column, justify="right", overflow="fold")
     for row in table.rows:
         out.add_row(*(Text(format_number(cell)) for cell in row))
     return out
@@ -112,6 +121,9 @@ Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default:
 Workers = Annotated[
     int, typer.Option(help="Worker processes (1: this process, with per-step progress).")
 ]
+Threads = Annotated[
+    int, typer.Option(help="Torch threads per run process (1: small memory-bound products).")
+]
 
 
 def zoo(
@@ -155,9 +167,10 @@ def zoo(
         bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")
     ] = False,
     workers: Workers = 1,
+    threads: Threads = 1,
     store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
-        str | None, typer.Option(help="Study name (default: zoo-<spec hash>).")
+        str | None, typer.Option(help="Study name (default: zoo-HASH, HASH from the spec).")
     ] = None,
     out: Out = None,
 ) -> None:
@@ -167,7 +180,7 @@ def zoo(
     The 60 × 60 rank-5 check: --size 60 --rank 5 --rules gd,adam,muon --decayed muon.
     Runs already completed in the store are not run again.
     """
-    console = Console()
+    console = _console()
     try:
         base = ZooSpec().model_dump()
         grids = {**base["lr_grids"], **_lr_overrides(lr or [])}
@@ -202,6 +215,7 @@ def zoo(
                     store=store,
                     study=study if len(specs) == 1 else None,
                     workers=workers,
+                    threads=threads,
                     progress=update,
                 )
             for table in zoo_tables(result):
@@ -249,9 +263,10 @@ def dial(
         bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")
     ] = False,
     workers: Workers = 1,
+    threads: Threads = 1,
     store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
-        str | None, typer.Option(help="Study name (default: dial-<spec hash>).")
+        str | None, typer.Option(help="Study name (default: dial-HASH, HASH from the spec).")
     ] = None,
     out: Out = None,
 ) -> None:
@@ -260,7 +275,7 @@ def dial(
 
     Runs already completed in the store are not run again.
     """
-    console = Console()
+    console = _console()
     try:
         base = DialSpec().model_dump()
         spec = DialSpec(
@@ -284,7 +299,9 @@ def dial(
     )
     try:
         with _progress(console, spec.labels(), spec.steps, workers) as update:
-            result = run_dial(spec, store=store, study=study, workers=workers, progress=update)
+            result = run_dial(
+                spec, store=store, study=study, workers=workers, threads=threads, progress=update
+            )
         for table in dial_tables(result):
             console.print(_rich(table))
         for outcome in result.failures:

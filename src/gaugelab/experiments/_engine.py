@@ -515,6 +515,7 @@ def run_study(
     *,
     store: Any,
     workers: int = 1,
+    threads: int = 1,
     progress: Progress | None = None,
 ) -> list[RunOutcome]:
     """Register a study of ``runs`` in the run store, execute the runs that have not completed,
@@ -526,19 +527,22 @@ def run_study(
         runs: the run specs (each with ``execute(run)``).
         store: the run store path (created if missing).
         workers: 1 runs in this process (with per-step progress); more runs that many spawned
-            worker processes, each with ``max(1, cpus // workers)`` torch threads (progress per
-            finished run).
+            worker processes (progress per finished run).
+        threads: torch threads per run (restored after in this process). Default 1: the
+            sensing products are small and memory-bound, a second thread gains little and, on
+            a busy machine, stalls every product; use ``workers`` for more cores.
         progress: ``progress(label, step, total)``.
 
     Returns:
         One :class:`RunOutcome` per run, in order. Failed runs are returned, not raised.
 
     Raises:
-        ValueError: ``workers < 1``; a study ``name`` that exists with another spec.
+        ValueError: ``workers`` or ``threads`` < 1; a study ``name`` used by another spec.
         StoreError: ``store`` is not a gaugelab run store.
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"run_study: workers={workers!r}; allowed: an integer >= 1")
+    for arg, value in (("workers", workers), ("threads", threads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"run_study: {arg}={value!r}; allowed: an integer >= 1")
     identities = [r.identity() for r in runs]
     with RunStore(store) as db:
         db.add_study(name, spec)
@@ -548,11 +552,15 @@ def run_study(
         store_path = os.fspath(db.path)
     pending = [(i, r) for i, r in zip(identities, runs, strict=True) if i not in cached]
     if workers == 1:
-        with progress_hook(progress):
-            for identity, r in pending:
-                execute_run(store_path, identity, *spec_reference(r))
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with progress_hook(progress):
+                for identity, r in pending:
+                    execute_run(store_path, identity, *spec_reference(r))
+        finally:
+            torch.set_num_threads(before)
     elif pending:
-        threads = max(1, (os.cpu_count() or 1) // workers)
         context = get_context("spawn")
         with ProcessPoolExecutor(
             workers, mp_context=context, initializer=_set_threads, initargs=(threads,)

@@ -249,13 +249,14 @@ def run_dial(
     store: Any = DEFAULT_STORE_PATH,
     study: str | None = None,
     workers: int = 1,
+    threads: int = 1,
     progress: Progress | None = None,
 ) -> DialResult:
     """Run the dial as a study (one run per p, plus gd) and collect both arms.
 
     Args:
         spec: the protocol (default: the reference, :class:`DialSpec()`).
-        store, study, workers, progress: as :func:`gaugelab.experiments.zoo.run_zoo`.
+        store, study, workers, threads, progress: as :func:`gaugelab.experiments.zoo.run_zoo`.
 
     Returns:
         The :class:`DialResult`; failed runs are in ``result.failures``.
@@ -268,6 +269,12 @@ def run_dial(
     spec = spec or DialSpec()
     study = study or default_study_name(spec)
     outcomes = run_study(
-        study, spec, dial_runs(spec), store=store, workers=workers, progress=progress
+        study,
+        spec,
+        dial_runs(spec),
+        store=store,
+        workers=workers,
+        threads=threads,
+        progress=progress,
     )
     return collect_dial(spec, study, outcomes)

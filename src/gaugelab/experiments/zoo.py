@@ -479,6 +479,7 @@ def run_zoo(
     store: Any = DEFAULT_STORE_PATH,
     study: str | None = None,
     workers: int = 1,
+    threads: int = 1,
     progress: Progress | None = None,
 ) -> ZooResult:
     """Run the zoo as a study (one run per rule, plus the convex row) and collect the table.
@@ -490,6 +491,7 @@ def run_zoo(
         store: the run store path.
         study: the study name (default ``zoo-<identity prefix>``).
         workers: worker processes (1: this process, with per-step progress).
+        threads: torch threads per run process (default 1; see ``run_study``).
         progress: ``progress(label, step, total)``.
 
     Returns:
@@ -503,6 +505,12 @@ def run_zoo(
     spec = spec or ZooSpec()
     study = study or default_study_name(spec)
     outcomes = run_study(
-        study, spec, zoo_runs(spec), store=store, workers=workers, progress=progress
+        study,
+        spec,
+        zoo_runs(spec),
+        store=store,
+        workers=workers,
+        threads=threads,
+        progress=progress,
     )
     return collect_zoo(spec, study, outcomes)
