@@ -42,9 +42,6 @@ class ZooOptimizer(ZooMixin, torch.optim.Optimizer):
                     self._update_group(group, params)
         return loss
 
-    def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
-        raise NotImplementedError  # pragma: no cover - abstract
-
     def _state(self, p: torch.Tensor, **zeros_like: bool) -> dict:
         """The state of ``p``, created on first use with a step counter and zero buffers."""
         state = self.state[p]
