@@ -1,6 +1,6 @@
 """Symmetry: gauge groups (sample, contains) and their action on factor pairs."""
 
-from .actions import act, inverse_transpose, represented
+from .actions import act, contragredient, inverse_transpose, represented
 from .groups import (
     GROUPS,
     GeneralLinear,
@@ -28,6 +28,7 @@ __all__ = [
     "Torus",
     "Trivial",
     "act",
+    "contragredient",
     "inverse_transpose",
     "make_group",
     "represented",

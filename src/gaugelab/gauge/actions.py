@@ -86,9 +86,28 @@ def inverse_transpose(A: torch.Tensor) -> torch.Tensor:
 
 
 def _orthogonal_to_round_off(A: torch.Tensor) -> bool:
-    tol = 64 * torch.finfo(A.dtype).eps
+    tol = 64 * torch.finfo(A.dtype).eps * A.shape[-1]
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     return bool(((A.mT @ A - eye).abs() <= tol).all())
+
+
+def contragredient(A: torch.Tensor) -> torch.Tensor:
+    """``A⁻ᵀ``, returned as ``A`` itself when ``A`` is orthogonal to round-off.
+
+    This is how a gradient (or a momentum buffer) transforms when its parameter becomes
+    ``p @ A``, and how the second factor of a pair moves; taking ``A`` itself for orthogonal
+    elements keeps orthogonal twins free of solve round-off.
+
+    Args:
+        A: ``[..., k, k]`` invertible real matrices.
+
+    Returns:
+        ``[..., k, k]`` in ``A``'s dtype.
+
+    Raises:
+        ValueError / torch.linalg.LinAlgError: as :func:`inverse_transpose`.
+    """
+    return A if _orthogonal_to_round_off(A) else inverse_transpose(A)
 
 
 def act(
@@ -112,7 +131,7 @@ def act(
         orthogonal: ``True`` trusts that ``A`` is orthogonal and returns ``(U @ A, V @ A)``
             unchecked; ``False`` always solves for ``A⁻ᵀ``; ``None`` (default) takes the
             orthogonal path when every matrix of ``A`` satisfies
-            ``max |AᵀA − I| ≤ 64·finfo(dtype).eps``, and solves otherwise.
+            ``max |AᵀA − I| ≤ 64·k·finfo(dtype).eps``, and solves otherwise.
 
     Returns:
         ``(U A, V A⁻ᵀ)``: tensors of shapes ``[..., d1, k]`` and ``[..., d2, k]``.

@@ -11,26 +11,15 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from gaugelab.gauge.actions import contragredient
+from gaugelab.gauge.groups import SignedPermutation
+
 _COVARIANT, _INVARIANT, _ENTRYWISE = "covariant", "invariant", "entrywise"
 _COLUMN_STATS, _CONGRUENCE = "column-stats", "congruence"
 
 
-def _is_orthogonal(M: torch.Tensor) -> bool:
-    eye = torch.eye(M.shape[-1], dtype=M.dtype, device=M.device)
-    tol = 64 * torch.finfo(M.dtype).eps * M.shape[-1]
-    return bool(((M.mT @ M - eye).abs() <= tol).all())
-
-
 def _is_signed_permutation(M: torch.Tensor) -> bool:
-    tol = 64 * torch.finfo(M.dtype).eps
-    a = M.abs()
-    unit = ((a - 1).abs() <= tol) | (a <= tol)
-    return bool(unit.all()) and bool(((a > 0.5).sum(dim=-1) == 1).all()) and _is_orthogonal(M)
-
-
-def _contragredient(M: torch.Tensor) -> torch.Tensor:
-    """``M⁻ᵀ``: how a gradient transforms when its parameter becomes ``p @ M``."""
-    return M if _is_orthogonal(M) else torch.linalg.inv(M).mT
+    return SignedPermutation(M.shape[-1]).contains(M, atol=64 * torch.finfo(M.dtype).eps)
 
 
 def _move(kind: str, value, M: torch.Tensor, where: str):
@@ -39,9 +28,9 @@ def _move(kind: str, value, M: torch.Tensor, where: str):
     if kind == _INVARIANT:  # a copy: the twin must not share in-place-updated state with its base
         return value.clone()
     if kind == _COVARIANT:
-        return value @ _contragredient(M)
+        return value @ contragredient(M)
     if kind == _CONGRUENCE:  # R = Σ GᵀG with G ↦ G M⁻ᵀ gives M⁻¹ R M⁻ᵀ (QᵀRQ when orthogonal)
-        N = _contragredient(M)
+        N = contragredient(M)
         return N.mT @ value @ N
     if kind in (_ENTRYWISE, _COLUMN_STATS):
         if _is_signed_permutation(M):

@@ -30,6 +30,7 @@ from gaugelab.gauge import (
     PositiveMonomial,
     SignedPermutation,
     Torus,
+    contragredient,
 )
 from gaugelab.models.config import TransformerConfig
 from gaugelab.models.transformer import MLP, MixtureOfExperts, Transformer
@@ -164,13 +165,6 @@ def mlp_gauge(config: TransformerConfig) -> MLPGauge:
     return MLPGauge(tuple((G,) * maps for _ in range(config.n_layers)))
 
 
-def _inv_t(A: torch.Tensor) -> torch.Tensor:
-    eye = torch.eye(A.shape[-1], dtype=A.dtype)
-    if torch.allclose(A.mT @ A, eye, rtol=0, atol=64 * torch.finfo(A.dtype).eps * A.shape[-1]):
-        return A
-    return torch.linalg.inv(A).mT
-
-
 def _right(linear: nn.Linear, rows: slice, A: torch.Tensor) -> None:
     """Output rows ``rows`` of ``linear`` hold ``Wᵀ`` of a right factor: ``W ↦ W A``."""
     A = A.to(linear.weight.dtype)
@@ -181,7 +175,7 @@ def _right(linear: nn.Linear, rows: slice, A: torch.Tensor) -> None:
 
 def _left_inverse(linear: nn.Linear, cols: slice, A: torch.Tensor) -> None:
     """Input columns ``cols`` of ``linear`` hold ``Wᵀ`` of a left factor: ``W ↦ A⁻¹ W``."""
-    linear.weight[:, cols] = linear.weight[:, cols] @ _inv_t(A.to(linear.weight.dtype))
+    linear.weight[:, cols] = linear.weight[:, cols] @ contragredient(A.to(linear.weight.dtype))
 
 
 def _apply_mlp(mlp: MLP, A: torch.Tensor) -> None:
@@ -236,7 +230,7 @@ def apply_gauge(
                 heads = range(g * s, (g + 1) * s)
                 if elements.qk is not None:
                     A = elements.qk[layer, g]
-                    _right(attn.k_proj, kv, _inv_t(A))
+                    _right(attn.k_proj, kv, contragredient(A))
                     for h in heads:
                         _right(attn.q_proj, slice(h * D, (h + 1) * D), A)
                     if c.qk_norm:
