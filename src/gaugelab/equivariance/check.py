@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from gaugelab.equivariance.problems import make_problem
+from gaugelab.equivariance.problems import make_problem, relative_error
 from gaugelab.gauge import GROUPS, Group, make_group
 from gaugelab.optim import OPTIMIZERS, claim, make_optimizer
 
@@ -182,10 +182,6 @@ def _run(factory, problem, initial: list[torch.Tensor], steps: int):
     return trajectory
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.linalg.norm(a - b) / torch.linalg.norm(b).clamp_min(1e-300))
-
-
 def _group(group, k: int) -> Group:
     if isinstance(group, Group):
         if group.k != k:
@@ -294,7 +290,7 @@ def check_equivariance(
         distances["noise"].append(compare(_run(factory, task, noisy, steps), base))
         factor_distances.append(
             [
-                _rel(torch.cat([x.flatten() for x in task.align(p, A)]),
+                relative_error(torch.cat([x.flatten() for x in task.align(p, A)]),
                      torch.cat([x.flatten() for x in b]))
                 for p, b in zip(gauge, base, strict=True)
             ]

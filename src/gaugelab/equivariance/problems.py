@@ -24,7 +24,8 @@ PROBLEMS = ("sensing", "quadratic", "attention")
 _N, _K, _RANK, _M, _SCALE = 6, 3, 2, 20, 0.3
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """``‖a − b‖_F / ‖b‖_F`` (a float; ``b = 0`` guarded)."""
     return float(torch.linalg.norm(a - b) / torch.linalg.norm(b).clamp_min(1e-300))
 
 
@@ -54,7 +55,7 @@ class FactorProblem:
         return 0.5 * ((W - self._sensing.target) ** 2).sum()
 
     def distance(self, params: list[torch.Tensor], base: list[torch.Tensor]) -> float:
-        return _rel(represented(*params), represented(*base))
+        return relative_error(represented(*params), represented(*base))
 
     def sample(self, group: Group, generator: torch.Generator) -> torch.Tensor:
         return group.sample(generator, self.dtype)
@@ -125,8 +126,8 @@ class AttentionProblem:
 
     def distance(self, params: list[torch.Tensor], base: list[torch.Tensor]) -> float:
         with torch.no_grad():
-            logits = _rel(self.logits(params), self.logits(base))
-        return max(logits, _rel(self._qk(params), self._qk(base)))
+            logits = relative_error(self.logits(params), self.logits(base))
+        return max(logits, relative_error(self._qk(params), self._qk(base)))
 
     def sample(self, group: Group, generator: torch.Generator) -> torch.Tensor:
         c = self.config
