@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gaugelab.cli import runs, twins, zoo
+from gaugelab.cli._errors import fail
 from gaugelab.cli.bench import available_benchmarks, run_benchmark
 from gaugelab.equivariance import EQUIVARIANT, check_equivariance
 from gaugelab.errors import NonFiniteError
@@ -43,11 +44,6 @@ _VERDICT_STYLE = {
     "nondeterministic": "bold magenta",
     "inconclusive": "bold",
 }
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)  # one unwrapped line, whatever the terminal
-    return typer.Exit(code=2)
 
 
 _SHORT = {"equivariant": "[green]equivariant[/]", "breaks": "[red]breaks[/]"}
@@ -93,7 +89,7 @@ def _parse_opt(items: list[str]) -> dict:
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise _fail(f"--opt {item!r}: expected KEY=VALUE, e.g. --opt lr=0.01")
+            raise fail(f"--opt {item!r}: expected KEY=VALUE, e.g. --opt lr=0.01")
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
@@ -142,7 +138,7 @@ def check(
     gives a verdict: equivariant, breaks, precision-limited, nondeterministic or inconclusive.
     """
     if dtype not in _DTYPES:
-        raise _fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")
+        raise fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")
     hyper = _parse_opt(opt or [])
     try:
         with console.status(f"running twins for {optimizer} under {group}…", spinner="dots"):
@@ -157,11 +153,9 @@ def check(
                 **hyper,
             )
     except (ValueError, TypeError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except NonFiniteError as exc:
-        raise _fail(
-            f"the run diverged ({exc}); try a smaller learning rate, --opt lr=..."
-        ) from None
+        raise fail(f"the run diverged ({exc}); try a smaller learning rate, --opt lr=...") from None
     if as_json:
         typer.echo(report.to_json())
         return
@@ -217,7 +211,7 @@ def bench(
         for name in chosen:
             console.print(run_benchmark(found[name], quick=quick, console=console))
     except (ValueError, FileNotFoundError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
 
 
 twins.register(app)

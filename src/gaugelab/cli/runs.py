@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gaugelab.cli._errors import fail
 from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunStore, StoreError
 from gaugelab.study.summary import path_slug, write_study_report
 
@@ -38,11 +39,6 @@ StoreOption = Annotated[
 ]
 
 
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)  # one unwrapped line, whatever the terminal
-    return typer.Exit(code=2)
-
-
 def _console() -> Console:
     return Console()  # built per command, so COLUMNS and the captured stdout are current
 
@@ -58,13 +54,13 @@ def _open_store(path: Path) -> Iterator[RunStore]:
     try:
         store = RunStore(path, create=False)
     except FileNotFoundError:
-        raise _fail(f"no run store at {path}; run a sweep first or pass --store PATH") from None
+        raise fail(f"no run store at {path}; run a sweep first or pass --store PATH") from None
     except StoreError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     try:
         yield store
     except (ValueError, OSError) as exc:  # StoreError, FileExistsError, NotADirectoryError …
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     finally:
         store.close()
 
@@ -226,9 +222,9 @@ def export(
 ) -> None:
     """Export metric rows (run, attempt, step, name, value) as CSV or JSON."""
     if fmt not in EXPORT_FORMATS:
-        raise _fail(f"--format {fmt!r}; allowed: {', '.join(EXPORT_FORMATS)}")
+        raise fail(f"--format {fmt!r}; allowed: {', '.join(EXPORT_FORMATS)}")
     if out is not None and out.exists():
-        raise _fail(f"{out} already exists; refusing to overwrite, choose another --out FILE")
+        raise fail(f"{out} already exists; refusing to overwrite, choose another --out FILE")
     with _open_store(store) as db:
         rows = export_metrics(db, study=study, trajectory=trajectory)
     text = _render(rows, fmt)
@@ -240,11 +236,11 @@ def export(
         with open(out, "x", encoding="utf-8", newline="") as handle:
             handle.write(text)
     except FileExistsError:
-        raise _fail(
+        raise fail(
             f"{out} already exists; refusing to overwrite, choose another --out FILE"
         ) from None
     except OSError as exc:
-        raise _fail(f"cannot write {out}: {exc}") from None
+        raise fail(f"cannot write {out}: {exc}") from None
     table = Table(title="export")
     for col in ("file", "format", "rows", "runs"):
         table.add_column(col)

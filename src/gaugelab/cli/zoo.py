@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from gaugelab.cli._errors import fail
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.dial import DialSpec, run_dial
 from gaugelab.experiments.sensing_report import dial_report, dial_tables, zoo_report, zoo_tables
@@ -39,19 +39,6 @@ def _console() -> Console:
     so that a saved table is not folded to 80."""
     wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
     return Console(width=200 if wide else None)
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)  # one unwrapped line, whatever the terminal
-    return typer.Exit(code=2)
-
-
-def _message(exc: ValueError) -> str:
-    if isinstance(exc, ValidationError):  # one line per field, without pydantic's links
-        return "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
-        )
-    return str(exc)
 
 
 def _rich(table: Table) -> RichTable:
@@ -193,7 +180,7 @@ def zoo(
             dtype=dtype,
             convex=convex,
             lr_grids=grids,
-            steps=steps or (QUICK_STEPS if quick else base["steps"]),
+            steps=steps if steps is not None else (QUICK_STEPS if quick else base["steps"]),
             seeds=_ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
         )
         if rules is not None:
@@ -202,7 +189,7 @@ def zoo(
             fields["decayed"] = _names(decayed)
         specs = [ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
     except ValueError as exc:
-        raise _fail(_message(exc)) from None
+        raise fail(exc) from None
     for spec in specs:
         console.print(
             f"zoo: {len(spec.rules)} rules × {len(spec.seeds)} seeds, {spec.steps} steps, "
@@ -233,7 +220,7 @@ def zoo(
                 )
             path = zoo_report(result, store, out if len(specs) == 1 else None)
         except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
-            raise _fail(str(exc)) from None
+            raise fail(str(exc)) from None
         console.print(Text(f"report: {path}"))
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab zoo`.")
@@ -286,13 +273,13 @@ def dial(
             rank=rank,
             init_scale=init_scale,
             schedule=schedule,
-            steps=steps or (QUICK_STEPS if quick else base["steps"]),
+            steps=steps if steps is not None else (QUICK_STEPS if quick else base["steps"]),
             gd_reference=gd,
             seeds=_ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
             dtype=dtype,
         )
     except ValueError as exc:
-        raise _fail(_message(exc)) from None
+        raise fail(exc) from None
     console.print(
         f"dial: p ∈ {list(spec.ps)} × {len(spec.lrs)} rates × {len(spec.seeds)} seeds, "
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
@@ -313,7 +300,7 @@ def dial(
             )
         path = dial_report(result, store, out)
     except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     console.print(Text(f"report: {path}"))
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab dial`.")
