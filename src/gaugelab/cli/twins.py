@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gaugelab.cli._errors import fail
 from gaugelab.equivariance.twins import DEFAULT_OPTIMIZERS, TwinSpec
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.twins import (
@@ -33,18 +33,6 @@ from gaugelab.study.sweep import run_sweep
 console = Console()
 
 
-def _one_line(exc: Exception) -> str:
-    """A validation error as one line (pydantic's own message spans several)."""
-    if isinstance(exc, ValidationError):
-        return "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-    return str(exc)
-
-
-def _fail(message: str) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
-
-
 def _fmt(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
@@ -55,45 +43,54 @@ def _steps(final: int) -> list[int]:
     return [s for s in TABLE_STEPS if s < final] + [final]
 
 
-def _table(rows: list[TwinRow], final: int) -> Table:
-    table = Table(title="Relative logit distance of each twin to its base (validation)")
-    table.add_column("rule", no_wrap=True)
-    table.add_column("twin", no_wrap=True)
-    for s in _steps(final):
-        table.add_column(f"step {s}", justify="right", no_wrap=True)
-    table.add_column("QK drift", justify="right", no_wrap=True)
-    table.add_column("val acc", justify="right", no_wrap=True)
-    for row in rows:
-        label = row.optimizer if row.pair == 0 else f"{row.optimizer} #{row.pair}"
-        for i, (kind, by_step) in enumerate(row.distances.items()):
-            table.add_row(
-                label if i == 0 else "",
-                kind,
-                *(_fmt(by_step.get(s)) for s in _steps(final)),
-                _fmt(row.qk_drift.get(kind)),
-                f"{row.val_accuracy.get(kind, float('nan')):.3f}",
-            )
-        table.add_section()
-    return table
+def _label(row: TwinRow) -> str:
+    return row.optimizer if row.pair == 0 else f"{row.optimizer} #{row.pair}"
 
 
-def _merge_table(rows: list[TwinRow]) -> Table | None:
+def _distance_table(rows: list[TwinRow], final: int) -> rep.Table:
+    """The protocol's table; the terminal and the report both render these rows."""
+    columns = ["rule", "twin", *(f"step {s}" for s in _steps(final)), "QK drift", "val acc"]
+    body = [
+        [_label(row), kind, *(_fmt(by_step.get(s)) for s in _steps(final)),
+         _fmt(row.qk_drift.get(kind)), f"{row.val_accuracy.get(kind, float('nan')):.3f}"]
+        for row in rows
+        for kind, by_step in row.distances.items()
+    ]  # fmt: skip
+    return rep.Table(
+        title="Relative logit distance of each twin to its base (validation)",
+        columns=columns,
+        rows=body,
+    )
+
+
+def _merge_table(rows: list[TwinRow]) -> rep.Table | None:
     merged = [r for r in rows if r.merge]
     if not merged:
         return None
-    table = Table(title="Merging each twin into its base (validation loss / accuracy)")
-    for col in ("optimizer", "pair", "twin", "base", "twin model", "aligned average",
-                "unaligned average"):  # fmt: skip
-        table.add_column(col)
-    for row in merged:
-        for kind in row.distances:
-            cell = [
-                f"{row.merge.get(f'{kind}/{m}/val_loss', float('nan')):.3f} / "
-                f"{row.merge.get(f'{kind}/{m}/val_accuracy', float('nan')):.3f}"
-                for m in ("base", "twin", "aligned", "unaligned")
-            ]
-            table.add_row(row.optimizer, str(row.pair), kind, *cell)
-    return table
+    models = ("base", "twin", "aligned", "unaligned")
+    body = [
+        [_label(row), kind, *(
+            f"{row.merge.get(f'{kind}/{m}/val_loss', float('nan')):.3f} / "
+            f"{row.merge.get(f'{kind}/{m}/val_accuracy', float('nan')):.3f}" for m in models)]
+        for row in merged
+        for kind in row.distances
+    ]  # fmt: skip
+    return rep.Table(
+        title="Merging each twin into its base: validation loss / accuracy",
+        columns=["rule", "twin", "base", "twin model", "aligned", "unaligned"],
+        rows=body,
+        caption="aligned: the twin rotated head by head onto the base (orthogonal Procrustes "
+        "on (W_Q, W_K) and (W_V, W_O)) before averaging; unaligned: averaged as is.",
+    )
+
+
+def _rich(table: rep.Table) -> Table:
+    out = Table(title=table.title, caption=table.caption or None)
+    for i, column in enumerate(table.columns):
+        out.add_column(column, justify="left" if i < 2 else "right", overflow="fold")
+    for row in table.rows:
+        out.add_row(*(str(cell) for cell in row))
+    return out
 
 
 def twins(
@@ -161,7 +158,7 @@ def twins(
             base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype)
         sweep = twin_sweep(names, base=base, pairs=pairs, merge=merge)
     except (ValueError, FileNotFoundError) as exc:
-        raise _fail(_one_line(exc)) from None
+        raise fail(exc) from None
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     total = len(sweep.specs())
     console.print(
@@ -178,18 +175,19 @@ def twins(
                 progress=lambda done, _: progress.update(bar, completed=done),
             )  # fmt: skip
     except (ValueError, StoreError, NonFiniteError) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if result.skipped:
         console.print(f"{len(result.skipped)} run(s) were already completed in the store: reused")
     with RunStore(store) as db:
         rows = summarize(db, sweep)
-    console.print(_table(rows, base.steps))
+    tables = [_distance_table(rows, base.steps)]
+    if (merge_table := _merge_table(rows)) is not None:
+        tables.append(merge_table)
+    for table in tables:
+        console.print(_rich(table))
     for row in rows:
         label = row.optimizer if row.pair == 0 else f"{row.optimizer} #{row.pair}"
         console.print(f"[bold]{label}[/]: {row.verdict} — {row.explanation}")
-    merge_table = _merge_table(rows)
-    if merge_table is not None:
-        console.print(merge_table)
     for outcome in result.failed:
         console.print(f"[red]failed[/] {outcome.identity[:12]}: {outcome.termination} — "
                       f"{outcome.message}")  # fmt: skip
@@ -208,7 +206,7 @@ def twins(
             spec=sweep.spec.spec_dict(),
             runs=[rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
                                  {"verdict": r.verdict}) for r in rows],
-            tables=[_report_table(rows, base.steps), *_merge_report_table(rows)],
+            tables=tables,
             figures=[figure],
             failures=[rep.Failure(o.identity, o.termination, o.message) for o in result.failed],
             notes=[f"{r.optimizer} (pair {r.pair}): {r.verdict} — {r.explanation}" for r in rows],
@@ -223,41 +221,6 @@ def twins(
         "[bold]gaugelab twins[/] — add --dtype float64 for the float64 check, --pairs 3 for "
         "more init × gauge draws, --merge to test merging."
     )
-
-
-def _report_table(rows: list[TwinRow], final: int) -> rep.Table:
-    columns = ["optimizer", "pair", "twin", *(f"step {s}" for s in _steps(final)),
-               "QK drift", "val acc", "verdict"]  # fmt: skip
-    body = []
-    for row in rows:
-        for kind, by_step in row.distances.items():
-            cells = [_fmt(by_step.get(s)) for s in _steps(final)]
-            acc = f"{row.val_accuracy.get(kind, float('nan')):.3f}"
-            body.append([row.optimizer, row.pair, kind, *cells, _fmt(row.qk_drift.get(kind)),
-                         acc, row.verdict])  # fmt: skip
-    return rep.Table(title="Relative logit distance to the base", columns=columns, rows=body)
-
-
-def _merge_report_table(rows: list[TwinRow]) -> list[rep.Table]:
-    merged = [r for r in rows if r.merge]
-    if not merged:
-        return []
-    models = ("base", "twin", "aligned", "unaligned")
-    body = []
-    for row in merged:
-        for kind in row.distances:
-            body.append([row.optimizer, row.pair, kind, *(
-                f"{row.merge.get(f'{kind}/{m}/val_loss', float('nan')):.3f} / "
-                f"{row.merge.get(f'{kind}/{m}/val_accuracy', float('nan')):.3f}"
-                for m in models)])  # fmt: skip
-    return [rep.Table(
-        title="Merging each twin into its base: validation loss / accuracy",
-        columns=["optimizer", "pair", "twin", "base", "twin model", "aligned average",
-                 "unaligned average"],
-        rows=body,
-        caption="aligned: the twin rotated head by head onto the base (orthogonal Procrustes "
-        "on (W_Q, W_K) and (W_V, W_O)) before averaging; unaligned: averaged as is.",
-    )]  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
