@@ -80,7 +80,8 @@ def list_runs(
         title = f"runs in {db.path}" + (f" (study {study})" if study is not None else "")
         table = Table(title=_t(title))
         for col in ("identity", "kind", "studies", "termination", "attempts", "created"):
-            table.add_column(col, no_wrap=col in ("identity", "termination", "created"))
+            # study names are arguments of `gaugelab report`: fold them, never cut them
+            table.add_column(col, no_wrap=col in ("identity", "termination"), overflow="fold")
         for run in runs:
             attempts = db.attempts(run.identity)
             latest = (attempts[-1].termination or "open") if attempts else "not started"
