@@ -116,3 +116,36 @@ def test_bad_ensembles_raise():
         Ensemble([a, b])
     with pytest.raises(ValueError, match="n_ctx"):
         Ensemble([a])(torch.zeros(2, 9, dtype=torch.long))
+
+
+def test_compiled_ensemble_matches_eager_and_keeps_identical_members_bitwise():
+    """torch.compile path: float64 agreement with separate models; identical members stay
+    bitwise identical under deterministic algorithms (the twin protocol's identity twin)."""
+    model, other = members(2, causal=False)
+    models = [model, model, other]
+    x = tokens()
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        ensemble = Ensemble(models, compile=True)
+        out = ensemble(x)
+        out.square().sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    reference = torch.stack([m(x) for m in models])
+    assert (out - reference).abs().max() <= 1e-12
+    for m in (model, other):
+        m.zero_grad()
+    other(x).square().sum().backward()
+    for name, stacked in ensemble.stacked_parameters().items():
+        assert torch.equal(stacked.grad[0], stacked.grad[1]), name
+        assert (stacked.grad[2] - other.get_parameter(name).grad).abs().max() <= 1e-12, name
+    with torch.no_grad():  # evaluation runs eagerly, for any batch shape
+        assert (
+            ensemble(tokens(batch=3)) - torch.stack([m(tokens(batch=3)) for m in models])
+        ).abs().max() <= 1e-12
+
+
+def test_compile_needs_a_vectorized_ensemble():
+    with pytest.raises(ValueError, match="compile=True needs a vectorized"):
+        Ensemble(members(2), vectorize=False, compile=True)

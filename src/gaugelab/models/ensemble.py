@@ -2,7 +2,9 @@
 
 Built on ``torch.func`` (``stack_module_state``, ``functional_call``, ``vmap``). Gradients come
 from ordinary autograd on the sum of the member losses; members never interact, so an
-optimizer with ``member_dims=1`` steps all of them at once.
+optimizer with ``member_dims=1`` steps all of them at once. ``compile=True`` hands the vmapped
+forward (and, through AOTAutograd, its backward) to ``torch.compile``: on CPU this fuses the
+elementwise work between the matmuls, which is where an eager ensemble loses its time.
 """
 
 from __future__ import annotations
@@ -27,18 +29,33 @@ class Ensemble(nn.Module):
         vectorize: evaluate with ``vmap`` (True) or loop over members with
             ``functional_call`` (False); None picks vmap unless a submodule declares
             ``vmap_compatible = False`` (e.g. mixture-of-experts routing).
+        compile: run the vmapped forward through ``torch.compile`` (needs a C++ compiler;
+            the first call compiles, tens of seconds). Only calls with gradients enabled use
+            the compiled graph; evaluation under ``no_grad`` runs eagerly, so a new input shape
+            there costs no compilation. Compiled results agree with eager ones to round-off,
+            not bitwise. Identical members stay bitwise identical only under
+            ``torch.use_deterministic_algorithms(True)`` (otherwise the embedding's scatter-add
+            backward runs in a thread-dependent order).
 
     Attributes:
         n_members: E.
         names: parameter names of one member, in ``named_parameters`` order.
+        use_compile: whether gradient-enabled calls run the compiled forward.
 
     Raises:
-        ValueError: no models, or members whose parameter names, shapes or dtypes differ.
+        ValueError: no models, members whose parameter names, shapes or dtypes differ, or
+            ``compile`` with a model that cannot be vectorized.
 
     Source: the batched-ensemble pattern of ``torch.func`` (model ensembling).
     """
 
-    def __init__(self, models: Sequence[nn.Module], *, vectorize: bool | None = None) -> None:
+    def __init__(
+        self,
+        models: Sequence[nn.Module],
+        *,
+        vectorize: bool | None = None,
+        compile: bool = False,
+    ) -> None:
         super().__init__()
         models = list(models)
         if not models:
@@ -69,8 +86,20 @@ class Ensemble(nn.Module):
                 module.use_sdpa = False
         if vectorize is None:
             vectorize = all(getattr(m, "vmap_compatible", True) for m in models[0].modules())
+        if compile and not vectorize:
+            raise ValueError(
+                "Ensemble: compile=True needs a vectorized ensemble (vectorize=True and no "
+                "submodule with vmap_compatible = False)"
+            )
         self.vectorize = vectorize
+        self.use_compile = compile
         self.__dict__["_member_template"] = copy.deepcopy(models[0])
+
+        def one(p, b, *x):
+            return functional_call(self._template, (p, b), x)
+
+        self.__dict__["_one"] = one
+        self.__dict__["_compiled"] = {}  # in_dims → compiled vmapped forward
 
     def stacked_parameters(self) -> dict[str, torch.Tensor]:
         """Name → stacked parameter ``[E, *shape]`` (the tensors an optimizer steps)."""
@@ -109,12 +138,13 @@ class Ensemble(nn.Module):
             validate(inputs[0], leading=int(member_inputs))
         params, buffers = self.stacked_parameters(), self._stacked_buffers()
         if self.vectorize:
-
-            def one(p, b, *x):
-                return functional_call(self._template, (p, b), x)
-
             dims = (0, 0) + (0 if member_inputs else None,) * len(inputs)
-            return vmap(one, in_dims=dims, randomness="error")(params, buffers, *inputs)
+            if self.use_compile and torch.is_grad_enabled():
+                if dims not in self._compiled:
+                    vectorized = vmap(self._one, in_dims=dims, randomness="error")
+                    self._compiled[dims] = torch.compile(vectorized, dynamic=False)
+                return self._compiled[dims](params, buffers, *inputs)
+            return vmap(self._one, in_dims=dims, randomness="error")(params, buffers, *inputs)
         outputs = []
         for e in range(self.n_members):
             p = {n: t[e] for n, t in params.items()}
