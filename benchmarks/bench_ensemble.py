@@ -1,15 +1,19 @@
 """Forward + backward of E = 4 Transformers as one ensemble vs 4 models in a loop.
 
-The peer is the nanoGPT-style per-model loop. Two sizes: the PROTOCOLS §5 twin model on the
-883 mod-47 training equations (compute-bound: the ratio should not drop below 1 and the achieved
-GFLOP/s is compared with this machine's fp32 matmul rate, measured in the same run), and a
-small overhead-bound model (d_model 32, 128 equations) where batching should pay.
+The peer is the nanoGPT-style per-model loop (eager). Two sizes: the PROTOCOLS §5 twin model on
+the 883 mod-47 training equations (compute-bound: the ratio should not drop below 1 and the
+achieved GFLOP/s is compared with this machine's fp32 matmul rate, measured in the same run), and
+a small overhead-bound model (d_model 32, 128 equations) where batching should pay. Each size is
+timed with the eager vmap ensemble and with ``Ensemble(compile=True)``; everything runs under
+deterministic algorithms, as the twin protocol does. The first compiled call (compilation, tens
+of seconds the first time on a machine) is not timed.
 """
 
 from __future__ import annotations
 
 import timeit
 
+import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -18,25 +22,22 @@ from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.tasks import ModularArithmetic
 
 TITLE = "ensemble forward+backward: E = 4 as one vs 4 models in a loop (float32)"
-COLUMNS = [
-    "model",
-    "examples",
-    "ensemble ms",
-    "loop ms",
-    "ratio (loop / ensemble)",
-    "ensemble GFLOP/s",
-    "of fp32 matmul rate",
-]
+COLUMNS = ["model", "examples", "ensemble", "ensemble ms", "loop ms",
+           "ratio (loop / ensemble)", "ensemble GFLOP/s", "of fp32 matmul rate"]  # fmt: skip
 MEMBERS = 4
+CASES = [
+    ("§5 twin model (d 64)", {}, 883),
+    ("small (d 32, 2 heads)", dict(d_model=32, n_heads=2, d_head=16, d_mlp=128), 128),
+]
 
 
-def _case(config: TransformerConfig, n_examples: int, number: int, repeat: int):
+def _case(overrides: dict, n_examples: int, number: int, repeat: int):
     task = ModularArithmetic(p=47, train_fraction=0.4, seed=42)
     x, y = task.train_inputs[:n_examples], task.train_labels[:n_examples]
-    models = [Transformer(config, seed=s) for s in range(MEMBERS)]
-    ensemble = Ensemble(models)
+    models = [Transformer(TransformerConfig(causal=False, **overrides), seed=s) for s in range(4)]
+    ensembles = {"vmap": Ensemble(models), "vmap + compile": Ensemble(models, compile=True)}
 
-    def ensemble_step():
+    def ensemble_step(ensemble):
         ensemble.zero_grad()
         logits = ensemble(x)[:, :, -1]  # [E, N, V]
         F.cross_entropy(logits.flatten(0, 1), y.repeat(MEMBERS), reduction="sum").backward()
@@ -48,35 +49,35 @@ def _case(config: TransformerConfig, n_examples: int, number: int, repeat: int):
 
     with FlopCounterMode(display=False) as counter:
         loop_step()
-    flops = counter.get_total_flops()
+    steps = {"loop": loop_step} | {k: (lambda e=e: ensemble_step(e)) for k, e in ensembles.items()}
     times = {}
-    for name, fn in (("ensemble", ensemble_step), ("loop", loop_step)):
-        fn()
+    for name, fn in steps.items():
+        fn()  # warm-up (compiles the compiled ensemble)
         times[name] = min(timeit.repeat(fn, number=number, repeat=repeat)) / number
-    return times["ensemble"], times["loop"], flops / times["ensemble"] / 1e9
+    return times, counter.get_total_flops()
 
 
 def run(*, quick: bool = False, progress=None) -> list[list]:
     number, repeat = (2, 2) if quick else (5, 3)
-    cases = [
-        ("§5 twin model (d 64)", TransformerConfig(causal=False), 883),
-        (
-            "small (d 32, 2 heads)",
-            TransformerConfig(causal=False, d_model=32, n_heads=2, d_head=16, d_mlp=128),
-            128,
-        ),
-    ]
-    task = progress.add_task("ensemble", total=len(cases) + 1) if progress else None
-    rate = matmul_rate(5 if quick else 20)
-    if progress:
-        progress.advance(task)
-    rows = []
-    for label, config, n in cases:
-        ens, loop, gflops = _case(config, n, number, repeat)
-        rows.append(
-            [label, n, f"{1e3 * ens:.1f}", f"{1e3 * loop:.1f}", f"{loop / ens:.2f}×",
-             f"{gflops:.1f}", f"{gflops / rate:.0%} of {rate:.0f}"]
-        )  # fmt: skip
+    task = progress.add_task("ensemble", total=len(CASES) + 1) if progress else None
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        rate = matmul_rate(5 if quick else 20)
         if progress:
             progress.advance(task)
+        rows = []
+        for label, overrides, n in CASES:
+            times, flops = _case(overrides, n, number, repeat)
+            for kind in ("vmap", "vmap + compile"):
+                gflops = flops / times[kind] / 1e9
+                rows.append(
+                    [label, n, kind, f"{1e3 * times[kind]:.1f}", f"{1e3 * times['loop']:.1f}",
+                     f"{times['loop'] / times[kind]:.2f}×", f"{gflops:.1f}",
+                     f"{gflops / rate:.0%} of {rate:.0f}"]
+                )  # fmt: skip
+            if progress:
+                progress.advance(task)
+    finally:
+        torch.use_deterministic_algorithms(previous)
     return rows

@@ -2,15 +2,17 @@
 
 The peer is the reference approach: separate models (and optimizers) stepped one after the
 other. Both do forward, backward and an Adam step of the PROTOCOLS §5 model on the 883 mod-47
-training equations. Reported: the ratio (target ≥ 1.0: the work is compute-bound at this size),
-and the ensemble's achieved GFLOP/s against this machine's fp32 matmul rate measured in the
-same run (target ≥ 40%).
+training equations, under deterministic algorithms as ``run_twins`` does. The ensemble is timed
+eager (the default) and compiled (``gaugelab twins --compile``). Reported: the ratio (target
+≥ 1.0: the work is compute-bound at this size), and the ensemble's achieved GFLOP/s against
+this machine's fp32 matmul rate measured in the same run (target ≥ 40%).
 """
 
 from __future__ import annotations
 
 import timeit
 
+import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -21,27 +23,26 @@ from gaugelab.optim import make_optimizer
 from gaugelab.tasks import ModularArithmetic
 
 TITLE = "twin step (forward + backward + adam): 4 members as one vs 4 models alternately"
-COLUMNS = ["ensemble ms", "alternating ms", "ratio (alternating / ensemble)", "GFLOP/step",
-           "ensemble GFLOP/s", "of fp32 matmul rate"]  # fmt: skip
+COLUMNS = ["ensemble", "ensemble ms", "alternating ms", "ratio (alternating / ensemble)",
+           "GFLOP/step", "ensemble GFLOP/s", "of fp32 matmul rate"]  # fmt: skip
+KINDS = {"vmap": False, "vmap + compile": True}
 
 
 def run(*, quick: bool = False, progress=None) -> list[list]:
     number, repeat = (2, 2) if quick else (5, 3)
-    task = progress.add_task("twins", total=3) if progress else None
+    task = progress.add_task("twins", total=len(KINDS) + 2) if progress else None
     data = ModularArithmetic()
     x, y = data.train_inputs, data.train_labels
     members, _ = build_members(TwinSpec())
-    ensemble = Ensemble(members)
-    ens_opt = make_optimizer("adam", list(ensemble.parameters()), lr=1e-3, member_dims=1)
-    opts = [make_optimizer("adam", list(m.parameters()), lr=1e-3) for m in members]
     E = len(members)
+    opts = [make_optimizer("adam", list(m.parameters()), lr=1e-3) for m in members]
 
-    def ensemble_step():
-        ens_opt.zero_grad()
+    def ensemble_step(ensemble, optimizer):
+        optimizer.zero_grad()
         logits = ensemble(x)[:, :, -1]
         F.cross_entropy(logits.flatten(0, 1), y.repeat(E), reduction="none").view(
             E, -1).mean(1).sum().backward()  # fmt: skip
-        ens_opt.step()
+        optimizer.step()
 
     def alternating_step():
         for model, opt in zip(members, opts, strict=True):
@@ -49,21 +50,34 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
             F.cross_entropy(model(x)[:, -1], y).backward()
             opt.step()
 
-    with FlopCounterMode(display=False) as counter:
-        alternating_step()
-    flops = counter.get_total_flops()
-    rate = matmul_rate(5 if quick else 20)
-    times = {}
-    for name, fn in (("ensemble", ensemble_step), ("alternating", alternating_step)):
-        fn()
-        times[name] = min(timeit.repeat(fn, number=number, repeat=repeat)) / number
-        if progress:
-            progress.advance(task)
-    achieved = flops / times["ensemble"] / 1e9
+    steps = {"alternating": alternating_step}
+    for kind, compiled in KINDS.items():
+        ensemble = Ensemble(members, compile=compiled)
+        optimizer = make_optimizer("adam", list(ensemble.parameters()), lr=1e-3, member_dims=1)
+        steps[kind] = lambda e=ensemble, o=optimizer: ensemble_step(e, o)
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        with FlopCounterMode(display=False) as counter:
+            alternating_step()
+        flops = counter.get_total_flops()
+        rate = matmul_rate(5 if quick else 20)
+        times = {}
+        for name, fn in steps.items():
+            fn()  # warm-up (compiles the compiled ensemble)
+            times[name] = min(timeit.repeat(fn, number=number, repeat=repeat)) / number
+            if progress:
+                progress.advance(task)
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    rows = []
+    for kind in KINDS:
+        achieved = flops / times[kind] / 1e9
+        rows.append([
+            kind, f"{1e3 * times[kind]:.0f}", f"{1e3 * times['alternating']:.0f}",
+            f"{times['alternating'] / times[kind]:.2f}×", f"{flops / 1e9:.2f}",
+            f"{achieved:.1f}", f"{achieved / rate:.0%} of {rate:.0f}",
+        ])  # fmt: skip
     if progress:
         progress.advance(task)
-    return [[
-        f"{1e3 * times['ensemble']:.0f}", f"{1e3 * times['alternating']:.0f}",
-        f"{times['alternating'] / times['ensemble']:.2f}×", f"{flops / 1e9:.2f}",
-        f"{achieved:.1f}", f"{achieved / rate:.0%} of {rate:.0f}",
-    ]]  # fmt: skip
+    return rows

@@ -57,6 +57,18 @@ def test_the_same_spec_reproduces_the_same_numbers(adam):
     assert again.records == adam.records
 
 
+def test_a_compiled_run_keeps_the_triplet_and_agrees_with_eager_to_round_off(adam):
+    compiled = run_twins(TwinSpec(optimizer="adam", compile=True, **SHORT))
+    for step, metrics in compiled.records.items():
+        assert metrics["identity/logit_distance"] == 0.0, step
+        assert metrics["identity/qk_drift_max"] == 0.0, step
+    gauge, eager = logit_distances(compiled, "gauge"), logit_distances(adam, "gauge")
+    assert abs(gauge[1] - eager[1]) <= 1e-2 * eager[1]  # the same split, other round-off
+    assert compiled.verdict == BASIS_SENSITIVE
+    loss = compiled.records[3]["base/train_loss"]
+    assert abs(loss - adam.records[3]["base/train_loss"]) <= 1e-5 * loss
+
+
 def test_scalar_adam_twin_stays_at_the_noise_floor():
     result = run_twins(TwinSpec(optimizer="scalar-adam", **SHORT))
     gauge, noise = logit_distances(result, "gauge"), logit_distances(result, "noise")

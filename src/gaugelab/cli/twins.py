@@ -116,6 +116,14 @@ def twins(
             "machine; use --max-workers for more cores). OMP_NUM_THREADS, if set, wins."
         ),
     ] = 1,
+    compile: Annotated[
+        bool,
+        typer.Option(
+            help="Train through torch.compile: about 2× faster steps after a one-off "
+            "compilation (a minute; needs a C++ compiler). Round-off differs from eager runs, "
+            "so compiled runs are stored as runs of their own."
+        ),
+    ] = False,
     merge: Annotated[bool, typer.Option(help="Align and average each twin with its base.")] = False,
     store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
     out: Annotated[
@@ -150,12 +158,13 @@ def twins(
                 raise ValueError("--task text needs --text PATH (a UTF-8 file)")
             base = text_twin(
                 str(text), steps=steps or (100 if quick else 300), dtype=dtype,
-                batch_size=batch_size,
+                batch_size=batch_size, compile=compile,
             )  # fmt: skip
         else:
             n = steps or (QUICK_STEPS if quick else 1500)
             marks = QUICK_CHECKPOINTS if quick and steps is None else TwinSpec().checkpoints
-            base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype)
+            base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype,
+                            compile=compile)  # fmt: skip
         sweep = twin_sweep(names, base=base, pairs=pairs, merge=merge)
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc) from None
@@ -163,7 +172,7 @@ def twins(
     total = len(sweep.specs())
     console.print(
         f"{total} twin runs ({', '.join(names)} × {pairs} pair(s)), {base.steps} steps each, "
-        f"{base.dtype}; store {store}"
+        f"{base.dtype}{', compiled' if base.compile else ''}; store {store}"
     )
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn(

@@ -108,6 +108,11 @@ class TwinSpec(BaseModel):
         (0, 1, 10, 50, 100, 300, 600, 1000, 1500), description="Steps at which to measure."
     )
     dtype: Literal["float32", "float64"] = Field("float32", description="Parameter dtype.")
+    compile: bool = Field(
+        False,
+        description="Train through torch.compile (about 2× faster on CPU after a one-off "
+        "compilation; round-off differs from eager, so it is part of the run's identity).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TwinSpec:
@@ -343,7 +348,7 @@ def run_twins(
     try:
         data = _Data(spec)
         members, names = build_members(spec)
-        ensemble = Ensemble(members)
+        ensemble = Ensemble(members, compile=spec.compile)
         optimizer = _optimizer(spec, ensemble)
         checkpoints = spec.measured_steps()
         records: dict[int, dict[str, float]] = {}

@@ -94,12 +94,24 @@ class Ensemble(nn.Module):
         self.vectorize = vectorize
         self.use_compile = compile
         self.__dict__["_member_template"] = copy.deepcopy(models[0])
-
-        def one(p, b, *x):
-            return functional_call(self._template, (p, b), x)
-
-        self.__dict__["_one"] = one
+        fused = copy.deepcopy(template)  # the compiled graph's template
+        for module in fused.modules():
+            if hasattr(module, "broadcast_scores"):
+                module.broadcast_scores = True
+        self.__dict__["_fused_template"] = fused
         self.__dict__["_compiled"] = {}  # in_dims → compiled vmapped forward
+
+    def _vectorized(self, dims: tuple, compiled: bool):
+        if not compiled:
+            template = self._template
+            return vmap(lambda p, b, *x: functional_call(template, (p, b), x),
+                        in_dims=dims, randomness="error")  # fmt: skip
+        if dims not in self._compiled:
+            fused = self._fused_template
+            vectorized = vmap(lambda p, b, *x: functional_call(fused, (p, b), x),
+                              in_dims=dims, randomness="error")  # fmt: skip
+            self._compiled[dims] = torch.compile(vectorized, dynamic=False)
+        return self._compiled[dims]
 
     def stacked_parameters(self) -> dict[str, torch.Tensor]:
         """Name → stacked parameter ``[E, *shape]`` (the tensors an optimizer steps)."""
@@ -139,12 +151,8 @@ class Ensemble(nn.Module):
         params, buffers = self.stacked_parameters(), self._stacked_buffers()
         if self.vectorize:
             dims = (0, 0) + (0 if member_inputs else None,) * len(inputs)
-            if self.use_compile and torch.is_grad_enabled():
-                if dims not in self._compiled:
-                    vectorized = vmap(self._one, in_dims=dims, randomness="error")
-                    self._compiled[dims] = torch.compile(vectorized, dynamic=False)
-                return self._compiled[dims](params, buffers, *inputs)
-            return vmap(self._one, in_dims=dims, randomness="error")(params, buffers, *inputs)
+            compiled = self.use_compile and torch.is_grad_enabled()
+            return self._vectorized(dims, compiled)(params, buffers, *inputs)
         outputs = []
         for e in range(self.n_members):
             p = {n: t[e] for n, t in params.items()}

@@ -109,14 +109,24 @@ class Rotary(nn.Module):
 
 
 def attention_weights(
-    q: torch.Tensor, k: torch.Tensor, *, causal: bool, bias: torch.Tensor | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    causal: bool,
+    bias: torch.Tensor | None = None,
+    broadcast: bool = False,
 ) -> torch.Tensor:
     """``softmax(q kᵀ/√D + M + bias)`` for ``q`` ``[..., Tq, D]``, ``k`` ``[..., Tk, D]``.
 
-    Returns ``[..., Tq, Tk]``; with ``causal`` the future keys get weight exactly 0.
+    Returns ``[..., Tq, Tk]``; with ``causal`` the future keys get weight exactly 0. With
+    ``broadcast`` the scores are a broadcast product summed over D instead of a batched matmul
+    (the same values up to summation order; see :attr:`Attention.broadcast_scores`).
     Source: vaswani2017attention, eq. (1) and §3.2.3.
     """
-    scores = q @ k.mT / math.sqrt(q.shape[-1])
+    if broadcast:
+        scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) / math.sqrt(q.shape[-1])
+    else:
+        scores = q @ k.mT / math.sqrt(q.shape[-1])
     if bias is not None:
         scores = scores + bias
     if causal:
@@ -135,6 +145,10 @@ class Attention(nn.Module):
     """
 
     use_sdpa = True
+    # Plain-ops path only: products and sums instead of [B·H, T, T] batched matmuls. Under
+    # torch.compile these fuse into one loop, while a batched matmul over many tiny matrices
+    # (T = 3 in the twin protocol) is dominated by per-matrix overhead.
+    broadcast_scores = False
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
@@ -176,7 +190,12 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=bias, is_causal=c.causal and bias is None, scale=c.d_head**-0.5
             )  # [B, H, T, D]
         else:  # the same computation in plain ops, which vmap batches (SDPA has no batching rule)
-            z = attention_weights(q, k, causal=c.causal and bias is None, bias=bias) @ v
+            w = attention_weights(q, k, causal=c.causal and bias is None, bias=bias,
+                                  broadcast=self.broadcast_scores)  # fmt: skip
+            if self.broadcast_scores:
+                z = (w.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)
+            else:
+                z = w @ v
         return self.o_proj(z.transpose(1, 2).reshape(B, T, c.n_heads * c.d_head))
 
 
