@@ -283,6 +283,18 @@ def test_non_causal_model_earlier_logits_do_see_later_tokens(overrides, use_sdpa
     assert (model(changed)[:, 0] != model(tokens)[:, 0]).any(-1).all()
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("overrides", CAUSAL_VARIANTS[:5] + CAUSAL_VARIANTS[5:6])
+def test_broadcast_attention_scores_equal_the_sdpa_logits(overrides, causal):
+    # the plain-ops path with products and sums (the compiled ensemble's) is the same function
+    model = model64(causal=causal, **overrides)
+    tokens = tokens_for(model.config, batch=4)
+    reference = model(tokens)
+    for block in use_sdpa_(model, False).blocks:
+        block.attn.broadcast_scores = True
+    torch.testing.assert_close(model(tokens), reference, rtol=0, atol=1e-12)
+
+
 # --- Definition 13: top-k routing ------------------------------------------------------------
 
 
