@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gaugelab.cli import runs, twins, zoo
+from gaugelab.cli._console import wide_console
 from gaugelab.cli._errors import fail
 from gaugelab.cli.bench import available_benchmarks, run_benchmark
 from gaugelab.equivariance import EQUIVARIANT, check_equivariance
@@ -208,8 +209,9 @@ def bench(
                 f"bench: unknown benchmark(s) {', '.join(unknown)}; available: "
                 f"{', '.join(sorted(found)) or 'none'}"
             )
+        out = wide_console()
         for name in chosen:
-            console.print(run_benchmark(found[name], quick=quick, console=console))
+            out.print(run_benchmark(found[name], quick=quick, console=out))
     except (ValueError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
 

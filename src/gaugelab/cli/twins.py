@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gaugelab.cli._console import wide_console
 from gaugelab.cli._errors import fail
 from gaugelab.equivariance.twins import DEFAULT_OPTIMIZERS, TwinSpec
 from gaugelab.errors import NonFiniteError
@@ -29,8 +29,6 @@ from gaugelab.experiments.twins import (
 from gaugelab.study import report as rep
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore, StoreError
 from gaugelab.study.sweep import run_sweep
-
-console = Console()
 
 
 def _fmt(x: float | None) -> str:
@@ -137,6 +135,7 @@ def twins(
     noise) shows how fast round-off alone grows. Defaults reproduce PROTOCOLS §5. Runs already
     completed in the store are not run again.
     """
+    console = wide_console()
     names = [o.strip() for o in optimizers.split(",") if o.strip()]
     try:
         if steps is not None and steps < 1:

@@ -8,8 +8,6 @@ table and writes the HTML report. The work is done by :func:`gaugelab.experiment
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from gaugelab.cli._console import wide_console
 from gaugelab.cli._errors import fail
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.dial import DialSpec, run_dial
@@ -32,13 +31,6 @@ __all__ = ["dial", "register", "zoo"]
 
 QUICK_STEPS = 2000
 QUICK_SEEDS = (42,)
-
-
-def _console() -> Console:
-    """Rich's width in a terminal (or $COLUMNS); 200 columns when printing to a file or pipe,
-    so that a saved table is not folded to 80."""
-    wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
-    return Console(width=200 if wide else None)
 
 
 def _rich(table: Table) -> RichTable:
@@ -167,7 +159,7 @@ def zoo(
     The 60 × 60 rank-5 check: --size 60 --rank 5 --rules gd,adam,muon --decayed muon.
     Runs already completed in the store are not run again.
     """
-    console = _console()
+    console = wide_console()
     try:
         base = ZooSpec().model_dump()
         grids = {**base["lr_grids"], **_lr_overrides(lr or [])}
@@ -262,7 +254,7 @@ def dial(
 
     Runs already completed in the store are not run again.
     """
-    console = _console()
+    console = wide_console()
     try:
         base = DialSpec().model_dump()
         spec = DialSpec(
