@@ -122,3 +122,14 @@ def test_bad_specs_raise():
         TwinSpec(task="text")
     with pytest.raises(ValueError, match="repeats"):
         TwinSpec(twins=("gauge", "gauge"))
+
+
+def test_default_hyperparameters_follow_the_protocol_and_the_task(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("abcdefgh" * 40)
+    assert TwinSpec(optimizer="heavy-ball").hyperparameters() == {"lr": 0.5, "momentum": 0.9}
+    on_text = TwinSpec(optimizer="heavy-ball", task="text", text_path=str(text))
+    assert on_text.hyperparameters() == {"lr": 0.03, "momentum": 0.9}
+    assert on_text.model_copy(update={"optimizer": "adam"}).hyperparameters() == {"lr": 1e-3}
+    given = TwinSpec(optimizer="heavy-ball", hyper={"lr": 0.1})
+    assert given.hyperparameters() == {"lr": 0.1}

@@ -35,6 +35,13 @@ PROTOCOL_HYPER: dict[str, dict[str, float]] = {
     "scalar-adam": {"lr": 3e-3},
     HYBRID: {"lr": 0.02, "adam_lr": 1e-3},
 }
+# The character model (6 layers, d_model 256) diverges under heavy-ball at the modular task's
+# η = 0.5 (non-finite by step 20); at 0.1 and 0.03 it stays finite (and, as singh2026lossbasis
+# reports for SGD at this depth, near the unigram loss). PROTOCOLS gives no rate for it.
+TEXT_HYPER: dict[str, dict[str, float]] = {
+    **PROTOCOL_HYPER,
+    "heavy-ball": {"lr": 0.03, "momentum": 0.9},
+}
 BASIS_SENSITIVE, EQUIVARIANT, CHAOTIC, INCONCLUSIVE = (
     "basis-sensitive",
     "equivariant",
@@ -126,8 +133,12 @@ class TwinSpec(BaseModel):
         return self
 
     def hyperparameters(self) -> dict:
-        """``hyper``, or the PROTOCOLS §5 hyperparameters of the optimizer when empty."""
-        return dict(self.hyper) if self.hyper else dict(PROTOCOL_HYPER.get(self.optimizer, {}))
+        """``hyper``, or when empty the PROTOCOLS §5 hyperparameters of the optimizer
+        (:data:`TEXT_HYPER` for the text task: heavy-ball at η = 0.03)."""
+        if self.hyper:
+            return dict(self.hyper)
+        defaults = TEXT_HYPER if self.task == "text" else PROTOCOL_HYPER
+        return dict(defaults.get(self.optimizer, {}))
 
     def measured_steps(self) -> list[int]:
         """Checkpoint steps within ``[0, steps]``, plus the final step."""
@@ -401,6 +412,7 @@ __all__ = [
     "HYBRID",
     "INCONCLUSIVE",
     "PROTOCOL_HYPER",
+    "TEXT_HYPER",
     "TwinResult",
     "TwinSpec",
     "build_members",
