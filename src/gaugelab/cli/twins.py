@@ -14,7 +14,7 @@ from rich.table import Table
 
 from gaugelab.cli._console import wide_console
 from gaugelab.cli._errors import fail
-from gaugelab.equivariance.twins import DEFAULT_OPTIMIZERS, TwinSpec
+from gaugelab.equivariance.twins import DEFAULT_OPTIMIZERS, TwinSpec, twin_optimizers
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.twins import (
     QUICK_CHECKPOINTS,
@@ -100,7 +100,9 @@ def twins(
     dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
     pairs: Annotated[int, typer.Option(help="Init × gauge-draw pairs per optimizer.")] = 1,
     executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
-    max_workers: Annotated[int, typer.Option(help="Runs at once (each uses all threads).")] = 1,
+    max_workers: Annotated[
+        int, typer.Option(help="Runs at once (each with --threads threads).")
+    ] = 1,
     address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
     task: Annotated[str, typer.Option(help="modular (mod-47 addition) or text.")] = "modular",
     text: Annotated[
@@ -152,13 +154,24 @@ def twins(
             raise ValueError(f"--task {task!r}; allowed: modular, text")
         if dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+        if task != "text" and text is not None:
+            raise ValueError(f"--text {text} is read only with --task text (task is {task!r})")
+        if not names:
+            raise ValueError("--optimizers is empty; allowed: zoo rules or 'muon-hybrid'")
+        if unknown := [n for n in names if n not in twin_optimizers()]:
+            raise ValueError(
+                f"--optimizers {', '.join(unknown)}; allowed: {', '.join(twin_optimizers())}"
+            )
         if task == "text":
             if text is None:
                 raise ValueError("--task text needs --text PATH (a UTF-8 file)")
-            base = text_twin(
-                str(text), steps=steps or (100 if quick else 300), dtype=dtype,
-                batch_size=batch_size, compile=compile,
-            )  # fmt: skip
+            try:
+                base = text_twin(
+                    str(text), steps=steps or (100 if quick else 300), dtype=dtype,
+                    batch_size=batch_size, compile=compile,
+                )  # fmt: skip
+            except (ValueError, FileNotFoundError) as exc:
+                raise ValueError(f"--text {text}: {exc}") from None
         else:
             n = steps or (QUICK_STEPS if quick else 1500)
             marks = QUICK_CHECKPOINTS if quick and steps is None else TwinSpec().checkpoints
@@ -170,7 +183,7 @@ def twins(
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     total = len(sweep.specs())
     console.print(
-        f"{total} twin runs ({', '.join(names)} × {pairs} pair(s)), {base.steps} steps each, "
+        f"{total} twin run(s) ({', '.join(names)} × {pairs} pair(s)), {base.steps} step(s) each, "
         f"{base.dtype}{', compiled' if base.compile else ''}; store {store}"
     )
     try:

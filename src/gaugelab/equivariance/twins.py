@@ -50,6 +50,11 @@ BASIS_SENSITIVE, EQUIVARIANT, CHAOTIC, INCONCLUSIVE = (
 )
 
 
+def twin_optimizers() -> list[str]:
+    """The names a twin run accepts: every zoo rule, and ``muon-hybrid``."""
+    return [*sorted(OPTIMIZERS), HYBRID]
+
+
 def twin_model_config(**overrides) -> TransformerConfig:
     """The PROTOCOLS §5 model: 2 pre-RMSNorm blocks, 4 heads × 16, d 64, SiLU MLP 256, no mask.
 
@@ -123,8 +128,8 @@ class TwinSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> TwinSpec:
-        if self.optimizer != HYBRID and self.optimizer not in OPTIMIZERS:
-            known = ", ".join([*sorted(OPTIMIZERS), HYBRID])
+        if self.optimizer not in twin_optimizers():
+            known = ", ".join(twin_optimizers())
             raise ValueError(f"TwinSpec: optimizer={self.optimizer!r}; allowed: {known}")
         if self.task == "text" and not self.text_path:
             raise ValueError("TwinSpec: task='text' needs text_path (a UTF-8 file)")
@@ -420,5 +425,6 @@ __all__ = [
     "run_twins",
     "text_model_config",
     "twin_model_config",
+    "twin_optimizers",
     "twin_verdict",
 ]

@@ -1,0 +1,49 @@
+"""gaugelab twins: a tiny run prints the triplet table and verdicts and is reused when run
+again; bad options are one-line errors that name the option."""
+
+import pytest
+from typer.testing import CliRunner
+
+from gaugelab.cli.app import app
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["twins", *map(str, args)], env={"COLUMNS": "250"})
+
+
+def test_a_two_step_run_prints_the_triplet_and_is_reused_when_run_again(tmp_path):
+    args = ("--steps", "2", "--optimizers", "scalar-adam", "--store", tmp_path / "s.sqlite")
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output
+    assert "1 twin run(s) (scalar-adam × 1 pair(s)), 2 step(s) each" in first.output
+    identity_row = next(line for line in first.output.splitlines() if "identity" in line)
+    assert identity_row.split("│")[3].strip() == "0"  # step 1: exactly zero
+    assert "scalar-adam: equivariant" in first.output
+    assert "report:" in first.output
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    assert "1 run(s) were already completed in the store: reused" in again.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--steps", "0"), "--steps 0"),
+        (("--optimizers", "nope,adam"), "--optimizers nope; allowed: adafactor"),
+        (("--optimizers", ","), "--optimizers is empty"),
+        (("--task", "text"), "--task text needs --text"),
+        (("--text", "corpus.txt"), "--text corpus.txt is read only with --task text"),
+        (("--task", "text", "--text", "missing.txt"), "--text missing.txt: CharText"),
+        (("--dtype", "float16"), "--dtype 'float16'"),
+        (("--pairs", "0"), "--pairs 0"),
+    ],
+)
+def test_bad_options_are_one_line_errors_naming_the_option(tmp_path, args, message):
+    store = tmp_path / "s.sqlite"
+    result = invoke(*args, "--store", store)
+    assert result.exit_code == 2, (args, result.output)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
+    assert not store.exists()  # nothing was written
