@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here (a CPU build of this exact version lies on disk); pyproject states the range.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test bench lint install install-test browser clean
+.PHONY: demo test bench lint install install-test browser compiler clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,7 @@ $(VENV)/.torch: $(BIN)/python
 install: $(VENV)/.torch
 	$(BIN)/pip install --quiet -e .
 
-install-test: $(VENV)/.torch browser
+install-test: $(VENV)/.torch browser compiler
 	$(BIN)/pip install --quiet -e '.[test,ray,convex]'
 
 # The report tests drive Debian's Chromium (no browser download); install it once.
@@ -26,6 +26,12 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 		echo "installing Debian chromium for the browser test"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+# torch.compile (Ensemble(compile=True), `gaugelab twins --compile`) builds C++ kernels on CPU.
+compiler:
+	@command -v g++ >/dev/null 2>&1 || { \
+		echo "installing Debian g++ for torch.compile"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++; }
 
 demo: install
 	$(BIN)/gaugelab twins --quick

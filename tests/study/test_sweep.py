@@ -50,7 +50,7 @@ def test_local_sweep_runs_skips_and_reports_failures(tmp_path):
         by_fail["bug"]: "infrastructure_failure",
         by_fail["admission"]: "admission_failure",
     }
-    assert seen[-1] == (6, 6)
+    assert seen[0] == (0, 6) and seen[-1] == (6, 6)
     with RunStore(store_path) as store:
         assert metric_values(store, by_fail["none"]) == [(1, 2.0), (2, 4.0), (3, 6.0)]
         flaky = store.attempts(by_fail["flaky-os"])  # the failed attempt is kept beside its retry

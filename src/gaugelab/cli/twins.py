@@ -193,7 +193,7 @@ def twins(
             bar = progress.add_task("training twins", total=total)
             result = run_sweep(
                 sweep, executor=executor, max_workers=max_workers, store=store, address=address,
-                progress=lambda done, _: progress.update(bar, completed=done),
+                progress=lambda done, todo: progress.update(bar, completed=done, total=todo),
             )  # fmt: skip
     except (ValueError, StoreError, NonFiniteError) as exc:
         raise fail(str(exc)) from None

@@ -44,7 +44,8 @@ class Ensemble(nn.Module):
 
     Raises:
         ValueError: no models, members whose parameter names, shapes or dtypes differ, or
-            ``compile`` with a model that cannot be vectorized.
+            ``compile`` without vectorization (``vectorize=False``, or a submodule that is
+            not ``vmap_compatible``).
 
     Source: the batched-ensemble pattern of ``torch.func`` (model ensembling).
     """

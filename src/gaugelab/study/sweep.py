@@ -150,7 +150,8 @@ def run_sweep(
         store: the run store path (created if missing).
         retries: extra attempts for a retryable infrastructure failure (never chosen by score).
         address: a Ray cluster address (``executor="ray"``).
-        progress: called as ``progress(done, total)`` after every finished attempt.
+        progress: called as ``progress(done, total)`` once before the first attempt (with
+            ``done = 0``; ``total`` counts the runs still to do) and after every finished one.
 
     Returns:
         A :class:`SweepResult`.
@@ -180,6 +181,8 @@ def run_sweep(
             pending[identity] = spec_reference(spec)
     store_path = os.fspath(store)
     total, done = len(pending), 0
+    if progress is not None:
+        progress(0, total)
     attempts_left = {identity: retries for identity in pending}
     queue = list(pending)
     while queue:
