@@ -6,7 +6,8 @@ achieved GFLOP/s is compared with this machine's fp32 matmul rate, measured in t
 a small overhead-bound model (d_model 32, 128 equations) where batching should pay. Each size is
 timed with the eager vmap ensemble and with ``Ensemble(compile=True)``; everything runs under
 deterministic algorithms, as the twin protocol does. The first compiled call (compilation, tens
-of seconds the first time on a machine) is not timed.
+of seconds the first time on a machine) is not timed. A second peer, the loop over
+``torch.compile``-d models, separates what batching gains from what compilation gains.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from gaugelab.tasks import ModularArithmetic
 
 TITLE = "ensemble forward+backward: E = 4 as one vs 4 models in a loop (float32)"
 COLUMNS = ["model", "examples", "ensemble", "ensemble ms", "loop ms",
-           "ratio (loop / ensemble)", "ensemble GFLOP/s",
+           "ratio (loop / ensemble)", "compiled loop ms", "ratio (compiled loop / ensemble)",
+           "ensemble GFLOP/s",
            "of fp32 matmul rate (GFLOP/s; target ≥ 40%)"]  # fmt: skip
 MEMBERS = 4
 CASES = [
@@ -43,14 +45,17 @@ def _case(overrides: dict, n_examples: int, number: int, repeat: int):
         logits = ensemble(x)[:, :, -1]  # [E, N, V]
         F.cross_entropy(logits.flatten(0, 1), y.repeat(MEMBERS), reduction="sum").backward()
 
-    def loop_step():
-        for m in models:
+    compiled = [torch.compile(m, dynamic=False) for m in models]
+
+    def loop_step(forwards=models):
+        for m, forward in zip(models, forwards, strict=True):
             m.zero_grad()
-            F.cross_entropy(m(x)[:, -1], y, reduction="sum").backward()
+            F.cross_entropy(forward(x)[:, -1], y, reduction="sum").backward()
 
     with FlopCounterMode(display=False) as counter:
         loop_step()
-    steps = {"loop": loop_step} | {k: (lambda e=e: ensemble_step(e)) for k, e in ensembles.items()}
+    steps = {"loop": loop_step, "compiled loop": lambda: loop_step(compiled)}
+    steps |= {k: (lambda e=e: ensemble_step(e)) for k, e in ensembles.items()}
     times = {}
     for name, fn in steps.items():
         fn()  # warm-up (compiles the compiled ensemble)
@@ -74,7 +79,9 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
                 gflops = flops / times[kind] / 1e9
                 rows.append(
                     [label, n, kind, f"{1e3 * times[kind]:.1f}", f"{1e3 * times['loop']:.1f}",
-                     f"{times['loop'] / times[kind]:.2f}×", f"{gflops:.1f}",
+                     f"{times['loop'] / times[kind]:.2f}×",
+                     f"{1e3 * times['compiled loop']:.1f}",
+                     f"{times['compiled loop'] / times[kind]:.2f}×", f"{gflops:.1f}",
                      f"{gflops / rate:.0%} of {rate:.0f}"]
                 )  # fmt: skip
             if progress:
