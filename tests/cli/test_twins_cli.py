@@ -47,3 +47,13 @@ def test_bad_options_are_one_line_errors_naming_the_option(tmp_path, args, messa
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
     assert not store.exists()  # nothing was written
+
+
+def test_compile_without_a_cxx_compiler_is_a_clear_error(tmp_path):
+    store = tmp_path / "s.sqlite"
+    result = runner.invoke(
+        app, ["twins", "--compile", "--store", str(store)], env={"PATH": "", "CXX": ""}
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --compile needs a C++ compiler"), result.output
+    assert not store.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -91,6 +92,12 @@ def _rich(table: rep.Table) -> Table:
     return out
 
 
+def _cxx_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend would find, or None."""
+    named = os.environ.get("CXX")
+    return shutil.which(named) if named else shutil.which("g++") or shutil.which("clang++")
+
+
 def twins(
     optimizers: Annotated[
         str, typer.Option(help="Comma-separated rules; 'muon-hybrid' is muon + adam.")
@@ -154,6 +161,11 @@ def twins(
             raise ValueError(f"--task {task!r}; allowed: modular, text")
         if dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+        if compile and not _cxx_compiler():
+            raise ValueError(
+                "--compile needs a C++ compiler (g++ or clang++ on PATH, or $CXX) and none was "
+                "found; run without --compile (eager), or install one (make test does)"
+            )
         if task != "text" and text is not None:
             raise ValueError(f"--text {text} is read only with --task text (task is {task!r})")
         if not names:
