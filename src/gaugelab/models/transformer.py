@@ -310,8 +310,11 @@ class Transformer(nn.Module):
             self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layers))
             self.ln_final = make_norm(c, c.d_model) if c.norm_placement == "pre" else None
             if not c.tie_embeddings:
+                # drawn as nn.Linear(d_model, vocab_out) draws its [out, in] weight, then stored
+                # transposed: the same seed gives the same head as a plain nn.Linear model
                 bound = 1 / math.sqrt(c.d_model)
-                self.W_U = nn.Parameter(torch.empty(c.d_model, c.vocab_out).uniform_(-bound, bound))
+                drawn = torch.empty(c.vocab_out, c.d_model).uniform_(-bound, bound)
+                self.W_U = nn.Parameter(drawn.T.contiguous())
             self.b_U = nn.Parameter(torch.zeros(c.vocab_out)) if c.unembed_bias else None
         if c.init_std is not None:
             self._init_normal(c.init_std, seed)
