@@ -103,15 +103,14 @@ class Ensemble(nn.Module):
         self.__dict__["_compiled"] = {}  # in_dims → compiled vmapped forward
 
     def _vectorized(self, dims: tuple, compiled: bool):
+        if compiled and dims in self._compiled:
+            return self._compiled[dims]
+        template = self._fused_template if compiled else self._template
+        vectorized = vmap(lambda p, b, *x: functional_call(template, (p, b), x),
+                          in_dims=dims, randomness="error")  # fmt: skip
         if not compiled:
-            template = self._template
-            return vmap(lambda p, b, *x: functional_call(template, (p, b), x),
-                        in_dims=dims, randomness="error")  # fmt: skip
-        if dims not in self._compiled:
-            fused = self._fused_template
-            vectorized = vmap(lambda p, b, *x: functional_call(fused, (p, b), x),
-                              in_dims=dims, randomness="error")  # fmt: skip
-            self._compiled[dims] = torch.compile(vectorized, dynamic=False)
+            return vectorized
+        self._compiled[dims] = torch.compile(vectorized, dynamic=False)
         return self._compiled[dims]
 
     def stacked_parameters(self) -> dict[str, torch.Tensor]:
