@@ -7,6 +7,6 @@ closed forms), ``cli`` (the ``gaugelab`` command).
 
 from gaugelab.errors import NonFiniteError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["NonFiniteError", "__version__"]
