@@ -100,9 +100,16 @@ def _cxx_compiler() -> str | None:
 
 def twins(
     optimizers: Annotated[
-        str, typer.Option(help="Comma-separated rules; 'muon-hybrid' is muon + adam.")
+        str,
+        typer.Option(
+            help="Comma-separated rules: any listed by 'gaugelab optimizers', or 'muon-hybrid' "
+            "(muon on the attention and MLP matrices, adam elsewhere)."
+        ),
     ] = ",".join(DEFAULT_OPTIMIZERS),
-    steps: Annotated[int | None, typer.Option(help="Training steps (default 1500).")] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(help="Training steps (default 1500; 100 with --quick; overrides --quick)."),
+    ] = None,
     quick: Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, for a first look.")] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
     pairs: Annotated[int, typer.Option(help="Init × gauge-draw pairs per optimizer.")] = 1,
@@ -110,7 +117,9 @@ def twins(
     max_workers: Annotated[
         int, typer.Option(help="Runs at once (each with --threads threads).")
     ] = 1,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (with --executor ray).")
+    ] = None,
     task: Annotated[str, typer.Option(help="modular (mod-47 addition) or text.")] = "modular",
     text: Annotated[
         Path | None, typer.Option(help="UTF-8 text for --task text, e.g. tinyshakespeare.txt.")
@@ -131,7 +140,14 @@ def twins(
             "so compiled runs are stored as runs of their own."
         ),
     ] = False,
-    merge: Annotated[bool, typer.Option(help="Align and average each twin with its base.")] = False,
+    merge: Annotated[
+        bool,
+        typer.Option(
+            help="After training, align each twin to its base head by head (orthogonal "
+            "Procrustes), average, and print a second table: validation loss / accuracy of "
+            "base, twin, aligned and unaligned averages."
+        ),
+    ] = False,
     store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
     out: Annotated[
         Path | None, typer.Option(help="Report folder (default: in the store's).")
@@ -247,12 +263,14 @@ def twins(
         folder,
     )  # fmt: skip
     console.print(f"report: {html}")
-    if not quick or task != "modular":
+    if not quick or task != "modular" or steps is not None:
         return
+    more = [hint for hint, used in (("--dtype float64 for the float64 check", dtype == "float64"),
+                                    ("--pairs 3 for more init × gauge draws", pairs > 1),
+                                    ("--merge to test merging", merge)) if not used]  # fmt: skip
     console.print(
         "This was the quick look. The full protocol (1500 steps, PROTOCOLS §5): "
-        "[bold]gaugelab twins[/] — add --dtype float64 for the float64 check, --pairs 3 for "
-        "more init × gauge draws, --merge to test merging."
+        f"[bold]gaugelab twins[/]{' — add ' + ', '.join(more) if more else ''}."
     )
 
 
