@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from gaugelab.cli.bench import matmul_rate
+from gaugelab.determinism import deterministic
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.tasks import ModularArithmetic
 
@@ -66,9 +67,7 @@ def _case(overrides: dict, n_examples: int, number: int, repeat: int):
 def run(*, quick: bool = False, progress=None) -> list[list]:
     number, repeat = (2, 2) if quick else (5, 3)
     task = progress.add_task("ensemble", total=len(CASES) + 1) if progress else None
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic():
         rate = matmul_rate(5 if quick else 20)
         if progress:
             progress.advance(task)
@@ -86,6 +85,4 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
                 )  # fmt: skip
             if progress:
                 progress.advance(task)
-    finally:
-        torch.use_deterministic_algorithms(previous)
     return rows

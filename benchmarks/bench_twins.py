@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import timeit
 
-import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from gaugelab.cli.bench import matmul_rate
+from gaugelab.determinism import deterministic
 from gaugelab.equivariance.twins import TwinSpec, build_members
 from gaugelab.models import Ensemble
 from gaugelab.optim import make_optimizer
@@ -56,9 +56,7 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
         ensemble = Ensemble(members, compile=compiled)
         optimizer = make_optimizer("adam", list(ensemble.parameters()), lr=1e-3, member_dims=1)
         steps[kind] = lambda e=ensemble, o=optimizer: ensemble_step(e, o)
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic():
         with FlopCounterMode(display=False) as counter:
             alternating_step()
         flops = counter.get_total_flops()
@@ -69,8 +67,6 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
             times[name] = min(timeit.repeat(fn, number=number, repeat=repeat)) / number
             if progress:
                 progress.advance(task)
-    finally:
-        torch.use_deterministic_algorithms(previous)
     rows = []
     for kind in KINDS:
         achieved = flops / times[kind] / 1e9

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from gaugelab.determinism import deterministic
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.optim import make_optimizer
 
@@ -124,14 +125,10 @@ def test_compiled_ensemble_matches_eager_and_keeps_identical_members_bitwise():
     model, other = members(2, causal=False)
     models = [model, model, other]
     x = tokens()
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic():
         ensemble = Ensemble(models, compile=True)
         out = ensemble(x)
         out.square().sum().backward()
-    finally:
-        torch.use_deterministic_algorithms(previous)
     reference = torch.stack([m(x) for m in models])
     assert (out - reference).abs().max() <= 1e-12
     for m in (model, other):

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gaugelab.determinism import deterministic
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.symmetry import GaugeElements, apply_gauge, head_gauge
 from gaugelab.optim import OPTIMIZERS, make_optimizer, muon_hybrid
@@ -359,9 +360,7 @@ def run_twins(
 
     Source: singh2026lossbasis, §6; PROTOCOLS §5.
     """
-    previous = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic():
         data = _Data(spec)
         members, names = build_members(spec)
         ensemble = Ensemble(members, compile=spec.compile)
@@ -405,8 +404,6 @@ def run_twins(
             verdict, why = twin_verdict(gauge, noise)
         trained = [ensemble.member(e) for e in range(E)]
         return TwinResult(spec, records, verdict, why, trained)
-    finally:
-        torch.use_deterministic_algorithms(previous)
 
 
 __all__ = [

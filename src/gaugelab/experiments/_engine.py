@@ -455,17 +455,6 @@ class RunOutcome:
     cached: bool
 
 
-@contextlib.contextmanager
-def deterministic() -> Iterator[None]:
-    """``torch.use_deterministic_algorithms(True)`` for the duration (restored after)."""
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before)
-
-
 def record_result(run: Any, result: RuleResult, final_step: int) -> None:
     """Log a rule's curves and final metrics to the store and save its result artifact.
 

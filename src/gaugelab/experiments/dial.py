@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from pydantic import Field, field_validator, model_validator
 
+from gaugelab.determinism import deterministic
 from gaugelab.experiments._engine import (
     INTERPOLATED,
     Progress,
@@ -30,7 +31,6 @@ from gaugelab.experiments._engine import (
     RunOutcome,
     SensingBatch,
     SensingExperiment,
-    deterministic,
     record_result,
     run_study,
     select_rate,

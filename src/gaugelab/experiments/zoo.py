@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gaugelab.determinism import deterministic
 from gaugelab.experiments._engine import (
     INTERPOLATED,
     PROGRESS,
@@ -35,7 +36,6 @@ from gaugelab.experiments._engine import (
     RunOutcome,
     SensingBatch,
     SensingExperiment,
-    deterministic,
     record_result,
     run_study,
     select_rate,
