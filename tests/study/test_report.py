@@ -21,6 +21,7 @@ from gaugelab.study.report import (
     StudyReport,
     Table,
     format_number,
+    new_report_dir,
     plot_curves,
     plot_scatter,
     render_report,
@@ -284,3 +285,12 @@ def test_plotting_needs_no_pyplot_and_no_display(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=60)
+
+
+def test_new_report_dirs_never_collide_within_a_second(tmp_path):
+    folders = [new_report_dir(tmp_path / "reports" / "study") for _ in range(3)]
+    assert len(set(folders)) == 3
+    assert all(f.is_dir() and not any(f.iterdir()) for f in folders)
+    assert re.fullmatch(r"\d{8}T\d{6}Z", folders[0].name)
+    # the same second again gets -2, -3 (a slow machine may reach the next second instead)
+    assert all(re.fullmatch(r"\d{8}T\d{6}Z(-[23])?", f.name) for f in folders)

@@ -5,15 +5,13 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from gaugelab.cli._console import wide_console
+from gaugelab.cli._console import failure_line, rich_table, wide_console
 from gaugelab.cli._errors import fail
 from gaugelab.equivariance.twins import DEFAULT_OPTIMIZERS, TwinSpec, twin_optimizers
 from gaugelab.errors import NonFiniteError
@@ -81,15 +79,6 @@ def _merge_table(rows: list[TwinRow]) -> rep.Table | None:
         caption="aligned: the twin rotated head by head onto the base (orthogonal Procrustes "
         "on (W_Q, W_K) and (W_V, W_O)) before averaging; unaligned: averaged as is.",
     )
-
-
-def _rich(table: rep.Table) -> Table:
-    out = Table(title=table.title, caption=table.caption or None)
-    for i, column in enumerate(table.columns):
-        out.add_column(column, justify="left" if i < 2 else "right", overflow="fold")
-    for row in table.rows:
-        out.add_row(*(str(cell) for cell in row))
-    return out
 
 
 def _cxx_compiler() -> str | None:
@@ -233,16 +222,13 @@ def twins(
     if (merge_table := _merge_table(rows)) is not None:
         tables.append(merge_table)
     for table in tables:
-        console.print(_rich(table))
+        console.print(rich_table(table, label_columns=2))
     for row in rows:
         label = row.optimizer if row.pair == 0 else f"{row.optimizer} #{row.pair}"
         console.print(f"[bold]{label}[/]: {row.verdict} — {row.explanation}")
     for outcome in result.failed:
-        console.print(f"[red]failed[/] {outcome.identity[:12]}: {outcome.termination} — "
-                      f"{outcome.message}")  # fmt: skip
-    folder = out or Path(store).parent / "reports" / sweep.study
-    folder = folder / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    folder.mkdir(parents=True, exist_ok=False)
+        console.print(failure_line(outcome.identity, outcome.termination, outcome.message))
+    folder = rep.new_report_dir(out or Path(store).parent / "reports" / sweep.study)
     figure = rep.save_figure(
         distance_figure(rows),
         folder,

@@ -15,31 +15,20 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table as RichTable
 from rich.text import Text
 
-from gaugelab.cli._console import wide_console
+from gaugelab.cli._console import failure_line, rich_table, wide_console
 from gaugelab.cli._errors import fail
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.dial import DialSpec, run_dial
 from gaugelab.experiments.sensing_report import dial_report, dial_tables, zoo_report, zoo_tables
 from gaugelab.experiments.zoo import ZooSpec, run_zoo
-from gaugelab.study.report import Table, format_number
 from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
 
 __all__ = ["dial", "register", "zoo"]
 
 QUICK_STEPS = 2000
 QUICK_SEEDS = (42,)
-
-
-def _rich(table: Table) -> RichTable:
-    out = RichTable(title=table.title, caption=table.caption or None)
-    for column in table.columns:
-        out.add_column(column, justify="right", overflow="fold")
-    for row in table.rows:
-        out.add_row(*(Text(format_number(cell)) for cell in row))
-    return out
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
@@ -198,18 +187,14 @@ def zoo(
                     progress=update,
                 )
             for table in zoo_tables(result):
-                console.print(_rich(table))
+                console.print(rich_table(table))
             if result.split is not None:
                 style = "bold green" if result.split.clean else "bold red"
                 console.print(Text(result.split.sentence(), style=style))
             for outcome in result.failures:
-                console.print(
-                    Text(
-                        f"failed {outcome.identity[:12]} ({', '.join(outcome.spec.labels())}): "
-                        f"{outcome.termination} — {outcome.message}",
-                        style="red",
-                    )
-                )
+                what = ", ".join(outcome.spec.labels())
+                line = failure_line(outcome.identity, outcome.termination, outcome.message, what)
+                console.print(line)
             path = zoo_report(result, store, out if len(specs) == 1 else None)
         except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
             raise fail(str(exc)) from None
@@ -282,14 +267,9 @@ def dial(
                 spec, store=store, study=study, workers=workers, threads=threads, progress=update
             )
         for table in dial_tables(result):
-            console.print(_rich(table))
+            console.print(rich_table(table))
         for outcome in result.failures:
-            console.print(
-                Text(
-                    f"failed {outcome.identity[:12]}: {outcome.termination} — {outcome.message}",
-                    style="red",
-                )
-            )
+            console.print(failure_line(outcome.identity, outcome.termination, outcome.message))
         path = dial_report(result, store, out)
     except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
         raise fail(str(exc)) from None

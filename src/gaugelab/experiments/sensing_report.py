@@ -27,6 +27,7 @@ from gaugelab.study.report import (
     StudyReport,
     Table,
     format_number,
+    new_report_dir,
     plot_curves,
     plot_scatter,
     save_figure,
@@ -153,10 +154,7 @@ def zoo_tables(result: ZooResult) -> list[Table]:
 
 
 def _new_dir(directory: Path | None, base: Path, study: str) -> Path:
-    if directory is not None:
-        return Path(directory)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    return base / "reports" / study / stamp
+    return Path(directory) if directory is not None else new_report_dir(base / "reports" / study)
 
 
 def zoo_figures(result: ZooResult, directory: Path) -> list:

@@ -19,13 +19,14 @@ import base64
 import functools
 import hashlib
 import io
+import itertools
 import json
 import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -280,6 +281,25 @@ def render_report(report: StudyReport) -> str:
             figures=[(artifact, _png_data_uri(artifact)) for artifact in report.figures],
         )
     )
+
+
+def new_report_dir(parent: str | Path) -> Path:
+    """Create and return a new, empty folder ``parent/<UTC time>`` (e.g. ``20261130T011500Z``).
+
+    Two reports within the same second get ``…Z-2``, ``…Z-3``: a folder is never reused, so
+    nothing already written is overwritten.
+    """
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for n in itertools.count(1):
+        folder = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise AssertionError("unreachable")
 
 
 def write_report(report: StudyReport, directory: str | Path, *, overwrite: bool = False) -> Path:
