@@ -45,6 +45,14 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
         raise ValueError(f"{option} {text!r}: expected comma-separated integers") from None
 
 
+def _budget(steps: int | None, seeds: str | None, quick: bool, base: dict) -> dict:
+    """``steps`` and ``seeds`` as given, else the quick look's, else the spec's defaults."""
+    return {
+        "steps": steps if steps is not None else (QUICK_STEPS if quick else base["steps"]),
+        "seeds": _ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
+    }
+
+
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -161,8 +169,7 @@ def zoo(
             dtype=dtype,
             convex=convex,
             lr_grids=grids,
-            steps=steps if steps is not None else (QUICK_STEPS if quick else base["steps"]),
-            seeds=_ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
+            **_budget(steps, seeds, quick, base),
         )
         if rules is not None:
             fields["rules"] = _names(rules)
@@ -250,10 +257,9 @@ def dial(
             rank=rank,
             init_scale=init_scale,
             schedule=schedule,
-            steps=steps if steps is not None else (QUICK_STEPS if quick else base["steps"]),
             gd_reference=gd,
-            seeds=_ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
             dtype=dtype,
+            **_budget(steps, seeds, quick, base),
         )
     except ValueError as exc:
         raise fail(exc) from None
