@@ -92,6 +92,8 @@ def _progress(console: Console, labels: list[str], steps: int, workers: int) -> 
         yield update
 
 
+Dtype = Annotated[str, typer.Option(help="float32 (the reference) or float64.")]
+Quick = Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")]
 Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
 Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default: in the store's).")]
 Workers = Annotated[
@@ -138,10 +140,8 @@ def zoo(
     convex: Annotated[
         bool, typer.Option(help="Minimum-nuclear-norm row (needs gaugelab[convex]).")
     ] = True,
-    dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
-    quick: Annotated[
-        bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")
-    ] = False,
+    dtype: Dtype = "float32",
+    quick: Quick = False,
     workers: Workers = 1,
     threads: Threads = 1,
     store: Store = DEFAULT_STORE_PATH,
@@ -229,10 +229,8 @@ def dial(
         str | None, typer.Option(help="Comma-separated seeds (default 42,123,456).")
     ] = None,
     gd: Annotated[bool, typer.Option(help="Train gd for the reference line.")] = True,
-    dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
-    quick: Annotated[
-        bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")
-    ] = False,
+    dtype: Dtype = "float32",
+    quick: Quick = False,
     workers: Workers = 1,
     threads: Threads = 1,
     store: Store = DEFAULT_STORE_PATH,
