@@ -46,6 +46,9 @@ def _case(overrides: dict, n_examples: int, number: int, repeat: int):
         logits = ensemble(x)[:, :, -1]  # [E, N, V]
         F.cross_entropy(logits.flatten(0, 1), y.repeat(MEMBERS), reduction="sum").backward()
 
+    for m in models:  # validate once here, as the ensemble does per call, not inside the loop:
+        m.validate_inputs(x)  # a compiled model would break its graph at the .item() checks
+        m.check_inputs = False
     compiled = [torch.compile(m, dynamic=False) for m in models]
 
     def loop_step(forwards=models):
