@@ -1,25 +1,16 @@
 """Shared test fixtures."""
 
-import os
 from pathlib import Path
 
 import pytest
 
-_CANDIDATES = [
-    Path(__file__).resolve().parents[2] / "shared" / "data",  # ../shared/data beside the checkout
-    Path("/work/shared/data"),
-]
-
 
 @pytest.fixture(scope="session")
-def shakespeare() -> Path:
-    """Path of tiny-shakespeare: $GAUGELAB_DATA/tinyshakespeare.txt or ../shared/data/."""
-    folders = [Path(os.environ["GAUGELAB_DATA"])] if "GAUGELAB_DATA" in os.environ else []
-    for folder in folders + _CANDIDATES:
-        path = folder / "tinyshakespeare.txt"
-        if path.is_file():
-            return path
-    searched = ", ".join(str(f) for f in folders + _CANDIDATES)
-    raise FileNotFoundError(
-        f"tinyshakespeare.txt not found in {searched}; set GAUGELAB_DATA to its folder"
-    )
+def shakespeare(tmp_path_factory) -> Path:
+    """Path of a plain-text tinyshakespeare.txt: the packaged copy (digest checked), written
+    once per session to a temporary folder."""
+    from gaugelab.tasks import tiny_shakespeare_bytes
+
+    path = tmp_path_factory.mktemp("data") / "tinyshakespeare.txt"
+    path.write_bytes(tiny_shakespeare_bytes())
+    return path

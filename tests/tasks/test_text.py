@@ -1,23 +1,105 @@
-"""gaugelab.tasks.text: CharText on tiny-shakespeare — vocabulary, split, and a seeded
-minibatch stream that two consumers can share."""
+"""gaugelab.tasks.text: CharText on tiny-shakespeare — the packaged copy and its digest,
+vocabulary, split, and a seeded minibatch stream that two consumers can share."""
 
+import gzip
+import hashlib
 from pathlib import Path
 
 import pytest
 import torch
 
-from gaugelab.tasks import CharText
+import gaugelab.tasks.text as text_module
+from gaugelab.tasks import TINY_SHAKESPEARE_SHA256, CharText, tiny_shakespeare_bytes
 
 
 @pytest.fixture(scope="module")
-def text(shakespeare):
-    return CharText(shakespeare, block_size=64)
+def text():
+    return CharText.tiny_shakespeare(block_size=64)
 
 
 def test_tinyshakespeare_sha256_prefix_and_suffix(text):
-    assert text.sha256.startswith("86c4e6aa")
-    assert text.sha256.endswith("65ed")
-    assert len(text.sha256) == 64
+    assert text.sha256 == TINY_SHAKESPEARE_SHA256
+    assert TINY_SHAKESPEARE_SHA256.startswith("86c4e6aa")
+    assert TINY_SHAKESPEARE_SHA256.endswith("65ed")
+    assert len(TINY_SHAKESPEARE_SHA256) == 64
+
+
+def test_packaged_text_has_1115394_characters_and_65_distinct():
+    raw = tiny_shakespeare_bytes()
+    assert hashlib.sha256(raw).hexdigest() == TINY_SHAKESPEARE_SHA256
+    assert len(raw.decode("utf-8")) == 1_115_394
+    assert len(set(raw.decode("utf-8"))) == 65
+
+
+def test_packaged_text_equals_chartext_of_a_plain_copy(text, shakespeare):
+    plain = CharText(shakespeare, block_size=64)
+    assert plain.sha256 == text.sha256
+    assert plain.chars == text.chars
+    assert torch.equal(plain.train_data, text.train_data)
+    assert torch.equal(plain.val_data, text.val_data)
+    (x1, y1), (x2, y2) = next(plain.batches(4, seed=3)), next(text.batches(4, seed=3))
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+
+
+def test_path_names_the_packaged_gzip_resource(text):
+    assert text.path.name == "tinyshakespeare.txt.gz"
+    assert "gaugelab" in str(text.path) and "tasks" in str(text.path)
+    assert hashlib.sha256(gzip.decompress(text.path.read_bytes())).hexdigest() == text.sha256
+    assert "tinyshakespeare.txt.gz" in repr(text)
+
+
+def test_packaged_gzip_is_reproducible_no_name_no_mtime(text):
+    # gzip -9 -n: header magic 1f 8b, method 8, FLG without FNAME (0x08), MTIME = 0, XFL = 2
+    header = text.path.read_bytes()[:10]
+    assert header[:3] == b"\x1f\x8b\x08"
+    assert header[3] & 0x08 == 0
+    assert header[4:8] == b"\x00\x00\x00\x00"
+    assert header[8] == 2  # XFL 2: maximum compression (-9)
+
+
+def test_tampered_packaged_text_is_refused(monkeypatch):
+    original = text_module._read_resource
+
+    def tampered(name):
+        raw = bytearray(original(name))
+        raw[0] ^= 0x01  # 'F' → 'G'
+        return bytes(raw)
+
+    monkeypatch.setattr(text_module, "_read_resource", tampered)
+    bad = hashlib.sha256(tampered("tinyshakespeare.txt.gz")).hexdigest()
+    with pytest.raises(
+        ValueError, match=rf"tinyshakespeare\.txt\.gz.*{bad}.*{TINY_SHAKESPEARE_SHA256}"
+    ):
+        CharText.tiny_shakespeare(block_size=8)
+    with pytest.raises(ValueError, match=bad):
+        tiny_shakespeare_bytes()
+
+
+def test_packaged_text_is_checked_on_every_load(monkeypatch):
+    reads = []
+    original = text_module._read_resource
+
+    def counting(name):
+        reads.append(name)
+        return original(name)
+
+    monkeypatch.setattr(text_module, "_read_resource", counting)
+    CharText.tiny_shakespeare(block_size=8)
+    CharText.tiny_shakespeare(block_size=8)
+    assert reads == ["tinyshakespeare.txt.gz"] * 2
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"block_size": 0}, r"CharText\.tiny_shakespeare: block_size=0.*>= 1"),
+        ({"block_size": 111_540}, r"block_size=111540.*< 111540"),  # N − int(0.9 N) val chars
+        ({"block_size": 4, "split": 1.5}, r"CharText\.tiny_shakespeare: split=1\.5.*\(0, 1\)"),
+    ],
+)
+def test_tiny_shakespeare_bad_arguments_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CharText.tiny_shakespeare(**kwargs)
 
 
 def test_tinyshakespeare_has_65_characters(text):

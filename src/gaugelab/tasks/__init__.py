@@ -4,7 +4,9 @@
   :func:`make_sensing` / :class:`SensingInstance` / :func:`factor_init`, with the metrics
   :func:`effective_rank` and :func:`balancedness`;
 * :class:`ModularArithmetic` — ``(a op b) mod p`` tables (PROTOCOLS §5);
-* :class:`CharText` — character-level text windows with a seeded minibatch stream.
+* :class:`CharText` — character-level text windows with a seeded minibatch stream; the
+  packaged tiny-shakespeare by :meth:`CharText.tiny_shakespeare` (digest
+  :data:`TINY_SHAKESPEARE_SHA256`, checked on every load; raw text :func:`tiny_shakespeare_bytes`).
 """
 
 from gaugelab.tasks.modular import ModularArithmetic
@@ -16,9 +18,10 @@ from gaugelab.tasks.sensing import (
     factor_init,
     make_sensing,
 )
-from gaugelab.tasks.text import CharText
+from gaugelab.tasks.text import TINY_SHAKESPEARE_SHA256, CharText, tiny_shakespeare_bytes
 
 __all__ = [
+    "TINY_SHAKESPEARE_SHA256",
     "CharText",
     "MatrixSensing",
     "ModularArithmetic",
@@ -27,4 +30,5 @@ __all__ = [
     "effective_rank",
     "factor_init",
     "make_sensing",
+    "tiny_shakespeare_bytes",
 ]

@@ -1,15 +1,69 @@
-"""Character-level text: a UTF-8 file as a stream of next-character prediction windows."""
+"""Character-level text: a UTF-8 file as a stream of next-character prediction windows.
+
+tiny-shakespeare ships inside the package (``gaugelab/tasks/data/tinyshakespeare.txt.gz``,
+written by ``gzip -9 -n``); :meth:`CharText.tiny_shakespeare` loads it and checks its digest,
+:data:`TINY_SHAKESPEARE_SHA256`, on every load. Nothing is downloaded.
+"""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import torch
 
 SPLITS = ("train", "val")
+
+TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+"""Hex SHA-256 of the decompressed tiny-shakespeare text (1,115,394 characters, 65 distinct)."""
+_TINY_SHAKESPEARE = "tinyshakespeare.txt.gz"  # in gaugelab/tasks/data/
+
+
+def _resource(name: str) -> Traversable:
+    """The packaged data file ``name`` (under ``gaugelab/tasks/data/``)."""
+    return resources.files("gaugelab.tasks") / "data" / name
+
+
+def _read_resource(name: str) -> bytes:
+    """The decompressed bytes of the packaged gzip file ``name`` (the only read of it)."""
+    return gzip.decompress(_resource(name).read_bytes())
+
+
+def tiny_shakespeare_bytes() -> bytes:
+    """The packaged tiny-shakespeare text, as UTF-8 bytes, after checking its digest.
+
+    Returns:
+        The 1,115,394 bytes of the text (ASCII, so as many characters), exactly as published
+        with char-rnn.
+
+    Raises:
+        ValueError: the decompressed resource's SHA-256 is not
+            :data:`TINY_SHAKESPEARE_SHA256` (the message names the file and both digests).
+
+    Source:
+        karpathy2015char (the tiny-shakespeare corpus).
+    """
+    raw = _read_resource(_TINY_SHAKESPEARE)
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest != TINY_SHAKESPEARE_SHA256:
+        raise ValueError(
+            f"tiny_shakespeare_bytes: the packaged {_resource(_TINY_SHAKESPEARE)} decompresses "
+            f"to sha256 {digest}; expected {TINY_SHAKESPEARE_SHA256}: the package data is "
+            f"damaged, reinstall gaugelab"
+        )
+    return raw
+
+
+def _check_arguments(where: str, block_size: object, split: object) -> None:
+    if isinstance(split, bool) or not isinstance(split, int | float) or not 0 < split < 1:
+        raise ValueError(f"{where}: split={split!r}; allowed: a number in (0, 1)")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"{where}: block_size={block_size!r}; allowed: an integer >= 1")
 
 
 class CharText:
@@ -29,8 +83,8 @@ class CharText:
         split: fraction of the characters in the training split, in ``(0, 1)``.
 
     Attributes:
-        path: the file, as a ``Path``.
-        sha256: hex SHA-256 of the file's bytes.
+        path: the file, as a ``Path`` (for :meth:`tiny_shakespeare`, the packaged resource).
+        sha256: hex SHA-256 of the file's bytes (decompressed, for the packaged text).
         chars: ``tuple[str, ...]``, the vocabulary in id order.
         d_vocab: ``len(chars)``.
         block_size, n_ctx: the window length.
@@ -49,22 +103,59 @@ class CharText:
     """
 
     def __init__(self, path: str | os.PathLike, block_size: int, split: float = 0.9) -> None:
-        if isinstance(split, bool) or not isinstance(split, int | float) or not 0 < split < 1:
-            raise ValueError(f"CharText: split={split!r}; allowed: a number in (0, 1)")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ValueError(f"CharText: block_size={block_size!r}; allowed: an integer >= 1")
-        self.path = Path(path)
-        if not self.path.exists():
-            raise FileNotFoundError(f"CharText: path={str(self.path)!r} does not exist")
-        if not self.path.is_file():
-            raise ValueError(f"CharText: path={str(self.path)!r} is not a file")
-        raw = self.path.read_bytes()  # the only read of the file
+        _check_arguments("CharText", block_size, split)
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"CharText: path={str(path)!r} does not exist")
+        if not path.is_file():
+            raise ValueError(f"CharText: path={str(path)!r} is not a file")
+        self._from_bytes(path.read_bytes(), path, block_size, split)  # the only read of the file
+
+    @classmethod
+    def tiny_shakespeare(cls, block_size: int, split: float = 0.9) -> CharText:
+        """The packaged tiny-shakespeare text, its digest checked on every load.
+
+        The same as ``CharText(path, block_size, split)`` on a plain copy of the file (same
+        vocabulary, ids, splits and batches), without a file on disk.
+
+        Args:
+            block_size: window length, ``1 ≤ block_size < 111,540`` (the validation split's
+                length at ``split = 0.9``).
+            split: fraction of the characters in the training split, in ``(0, 1)``.
+
+        Returns:
+            A :class:`CharText` with ``sha256 == TINY_SHAKESPEARE_SHA256``, ``d_vocab == 65``,
+            ``n_chars == 1,115,394``; ``path`` is the packaged resource
+            (``…/gaugelab/tasks/data/tinyshakespeare.txt.gz``, an ``importlib.resources``
+            ``Traversable``: a ``Path`` for an installed package). It is gzip-compressed:
+            pass it to ``CharText`` only after decompressing (see
+            :func:`tiny_shakespeare_bytes`).
+
+        Raises:
+            ValueError: ``block_size`` or ``split`` out of range (as ``CharText``); the
+                packaged data does not match :data:`TINY_SHAKESPEARE_SHA256`.
+
+        Source:
+            karpathy2015char (the corpus, 90/10 split); singh2026lossbasis §6 (the stochastic
+            twin variant).
+        """
+        _check_arguments("CharText.tiny_shakespeare", block_size, split)
+        text = cls.__new__(cls)
+        text._from_bytes(tiny_shakespeare_bytes(), _resource(_TINY_SHAKESPEARE), block_size, split)
+        return text
+
+    def _from_bytes(
+        self, raw: bytes, path: Path | Traversable, block_size: int, split: float
+    ) -> None:
+        """Set every attribute from the text's bytes ``raw``; ``path`` names where they came
+        from (error messages, ``repr``). Arguments are already checked by the caller."""
+        self.path = path
         if not raw:
-            raise ValueError(f"CharText: path={str(self.path)!r} is empty; allowed: a text file")
+            raise ValueError(f"CharText: path={str(path)!r} is empty; allowed: a text file")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ValueError(f"CharText: path={str(self.path)!r} is not UTF-8: {exc}") from None
+            raise ValueError(f"CharText: path={str(path)!r} is not UTF-8: {exc}") from None
         self.sha256 = hashlib.sha256(raw).hexdigest()
         self.chars: tuple[str, ...] = tuple(sorted(set(text)))
         self._ids = {c: i for i, c in enumerate(self.chars)}
