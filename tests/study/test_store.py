@@ -10,6 +10,7 @@ import pytest
 from pydantic import Field
 
 from gaugelab import NonFiniteError
+from gaugelab.study._storefile import refused
 from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.store import (
     APPLICATION_ID,
@@ -318,6 +319,37 @@ def test_a_foreign_or_corrupt_file_is_refused_untouched(tmp_path, make, message)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store.sqlite"]
 
 
+def _corrupt_pages(path):
+    with RunStore(path) as s:
+        s.add_study("s")
+        s.register_run(manifest(), study="s")
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # page 1 after the header: the schema's b-tree
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("create", [True, False], ids=["create", "no-create"])
+def test_a_store_with_corrupt_pages_is_refused_untouched(tmp_path, create):
+    path = tmp_path / "store.sqlite"
+    _corrupt_pages(path)
+    before = digest(path)
+    with pytest.raises(StoreError, match="corrupt gaugelab run store") as info:
+        RunStore(path, create=create)
+    assert str(path) in str(info.value)
+    assert "the file was left untouched" in str(info.value)
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store.sqlite"]  # no -wal, no -shm
+
+
+def test_an_sqlite_refusal_other_than_corruption_is_not_called_corrupt(tmp_path):
+    error = refused(tmp_path / "s.sqlite", sqlite3.OperationalError("database is locked"))
+    assert isinstance(error, StoreError)
+    assert str(error) == (
+        f"{tmp_path / 's.sqlite'}: SQLite refused the run store (OperationalError: database is "
+        "locked); the file was left untouched"
+    )
+
+
 def test_missing_store_without_create_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         RunStore(tmp_path / "absent.sqlite", create=False)
@@ -344,6 +376,7 @@ def test_check_reports_a_damaged_page_and_leaves_the_file_alone(tmp_path):
     data[-page:] = os.urandom(page)
     path.write_bytes(bytes(data))
     before = digest(path)
-    with RunStore(path, create=False) as s, pytest.raises(StoreError, match="corrupt"):
+    with RunStore(path, create=False) as s, pytest.raises(StoreError, match="corrupt") as info:
         s.check()
+    assert str(path) in str(info.value) and "left untouched" in str(info.value)
     assert digest(path) == before

@@ -8,7 +8,9 @@ module. A failed attempt stays beside its retry, which gets the next ordinal.
 Each :class:`RunStore` owns one connection and belongs to the process (and thread) that opened
 it: a sweep opens one per worker. The file is recognised by ``PRAGMA application_id``
 (``0x47415547``, "GAUG") and ``PRAGMA user_version`` (the schema version); any other file at the
-path is refused with :class:`StoreError` and left untouched.
+path, or a store with corrupt pages, is refused with :class:`StoreError` and left untouched.
+The file format, its creation and the opening checks are in :mod:`gaugelab.study._storefile`;
+this module holds the rows and the :class:`RunStore` API.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import math
 import operator
 import os
 import re
-import secrets
 import sqlite3
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from gaugelab.errors import NonFiniteError
+from gaugelab.study._storefile import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
+    TERMINATION_CLASSES,
+    StoreError,
+    open_store,
+    refused,
+)
 from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.spec import environment_digest as _environment_digest
 
@@ -47,125 +56,9 @@ __all__ = [
     "file_sha256",
 ]
 
-APPLICATION_ID = 0x47415547  # "GAUG"
-SCHEMA_VERSION = 1
 DEFAULT_STORE_PATH = Path("gaugelab-runs") / "store.sqlite"
-TERMINATION_CLASSES = (
-    "completed",
-    "validation_stopped",
-    "numerical_failure",
-    "infrastructure_failure",
-    "admission_failure",
-    "cancelled",
-)
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_TABLES = ("studies", "runs", "study_runs", "attempts", "metrics", "artifacts")
 _PREFIX = re.compile(r"[0-9a-f]{6,64}")
-_APPEND_ONLY = "gaugelab run store is append-only"
-
-
-def _schema() -> str:
-    classes = ", ".join(f"'{c}'" for c in TERMINATION_CLASSES)
-    ddl = f"""
-    CREATE TABLE studies (
-        name TEXT PRIMARY KEY CHECK (length(name) > 0),
-        kind TEXT,
-        spec_json TEXT,
-        created_at TEXT NOT NULL
-    );
-    CREATE TABLE runs (
-        identity TEXT PRIMARY KEY CHECK (length(identity) = 64),
-        kind TEXT NOT NULL,
-        spec_json TEXT NOT NULL,
-        manifest_json TEXT NOT NULL,
-        created_at TEXT NOT NULL
-    );
-    CREATE TABLE study_runs (
-        study TEXT NOT NULL REFERENCES studies(name),
-        run TEXT NOT NULL REFERENCES runs(identity),
-        created_at TEXT NOT NULL,
-        PRIMARY KEY (study, run)
-    );
-    CREATE TABLE attempts (
-        id INTEGER PRIMARY KEY,
-        run TEXT NOT NULL REFERENCES runs(identity),
-        ordinal INTEGER NOT NULL CHECK (ordinal >= 1),
-        environment_digest TEXT NOT NULL,
-        started_at TEXT NOT NULL,
-        ended_at TEXT,
-        termination TEXT CHECK (termination IS NULL OR termination IN ({classes})),
-        message TEXT NOT NULL DEFAULT '',
-        CHECK ((ended_at IS NULL) = (termination IS NULL)),
-        UNIQUE (run, ordinal)
-    );
-    CREATE TABLE metrics (
-        run TEXT NOT NULL REFERENCES runs(identity),
-        attempt INTEGER NOT NULL REFERENCES attempts(id),
-        step INTEGER NOT NULL CHECK (step >= 0),
-        name TEXT NOT NULL CHECK (length(name) > 0),
-        value REAL NOT NULL
-            CHECK (value BETWEEN -1.7976931348623157e308 AND 1.7976931348623157e308),
-        UNIQUE (attempt, name, step)
-    );
-    CREATE INDEX metrics_by_run ON metrics (run, name, step);
-    CREATE TABLE artifacts (
-        id INTEGER PRIMARY KEY,
-        run TEXT NOT NULL REFERENCES runs(identity),
-        attempt INTEGER NOT NULL REFERENCES attempts(id),
-        path TEXT NOT NULL,
-        sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
-        kind TEXT NOT NULL CHECK (length(kind) > 0),
-        created_at TEXT NOT NULL
-    );
-    CREATE INDEX artifacts_by_run ON artifacts (run);
-    """
-    # Rows are never updated or deleted; INSERT OR REPLACE onto an existing key is refused too
-    # (REPLACE deletes without firing DELETE triggers).
-    keys = {
-        "studies": "name = NEW.name",
-        "runs": "identity = NEW.identity",
-        "study_runs": "study = NEW.study AND run = NEW.run",
-        "attempts": "id = NEW.id OR (run = NEW.run AND ordinal = NEW.ordinal)",
-        "metrics": "attempt = NEW.attempt AND name = NEW.name AND step = NEW.step",
-        "artifacts": "id = NEW.id",
-    }
-    for table, key in keys.items():
-        ddl += f"""
-        CREATE TRIGGER {table}_no_replace BEFORE INSERT ON {table}
-        WHEN EXISTS (SELECT 1 FROM {table} WHERE {key})
-        BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: {table} row exists'); END;
-        CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table}
-        BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: DELETE on {table}'); END;
-        """
-        if table != "attempts":
-            ddl += f"""
-            CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table}
-            BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: UPDATE on {table}'); END;
-            """
-    ddl += f"""
-    CREATE TRIGGER attempts_end_once BEFORE UPDATE ON attempts
-    WHEN OLD.termination IS NOT NULL OR NEW.termination IS NULL OR NEW.ended_at IS NULL
-        OR NEW.id IS NOT OLD.id OR NEW.run IS NOT OLD.run OR NEW.ordinal IS NOT OLD.ordinal
-        OR NEW.environment_digest IS NOT OLD.environment_digest
-        OR NEW.started_at IS NOT OLD.started_at
-    BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY}: an open attempt can only be ended, once'); END;
-    """
-    for table in ("metrics", "artifacts"):
-        ddl += f"""
-        CREATE TRIGGER {table}_open_attempt BEFORE INSERT ON {table}
-        WHEN (SELECT run FROM attempts WHERE id = NEW.attempt AND termination IS NULL)
-            IS NOT NEW.run
-        BEGIN SELECT RAISE(ABORT, '{table} rows belong to an open attempt of their run'); END;
-        """
-    return ddl
-
-
-class StoreError(ValueError):
-    """The file at a store path is not a usable gaugelab run store, or stored data is corrupt.
-
-    The message names the path and what was found there. The file is never modified.
-    """
 
 
 @dataclass(frozen=True)
@@ -244,117 +137,6 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def _check_header(path: Path) -> None:
-    """Refuse anything but a gaugelab store of this schema, reading only the raw header.
-
-    Nothing is opened with SQLite before this passes, so a foreign file is never touched.
-    """
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        header = f.read(100)
-    if size == 0:
-        # Stores are created complete and published atomically, so an empty file is never one
-        # of ours (half-created or otherwise): refuse rather than guess.
-        raise StoreError(
-            f"{path}: empty file (0 bytes), not a gaugelab run store; remove it or choose "
-            "another --store path"
-        )
-    if len(header) < 100 or header[:16] != _SQLITE_MAGIC:
-        raise StoreError(
-            f"{path}: not an SQLite database (first bytes {header[:16]!r}), so not a gaugelab "
-            "run store"
-        )
-    app_id = int.from_bytes(header[68:72], "big")
-    if app_id != APPLICATION_ID:
-        raise StoreError(
-            f"{path}: not a gaugelab run store: application_id {app_id:#010x} ≠ "
-            f"{APPLICATION_ID:#010x} (an SQLite database of another program)"
-        )
-    version = int.from_bytes(header[60:64], "big")
-    if version != SCHEMA_VERSION:
-        newer = " (written by a newer gaugelab)" if version > SCHEMA_VERSION else ""
-        raise StoreError(
-            f"{path}: gaugelab run store schema version {version}{newer}; this gaugelab reads "
-            f"version {SCHEMA_VERSION}"
-        )
-    if _truncated(path) and _truncated(path):  # asked twice: a checkpoint may be under way
-        raise StoreError(f"{path}: truncated gaugelab run store (shorter than its header says)")
-
-
-def _truncated(path: Path) -> bool:
-    """Whether a quiescent store's file is shorter than the page count in its header.
-
-    Only judged while no ``-wal``/``-shm`` file exists, i.e. no connection is open: a WAL
-    checkpoint in progress writes page 1 (with the new size) before the pages after it.
-    """
-
-    def busy() -> bool:
-        return any(Path(f"{path}{s}").exists() for s in ("-wal", "-shm"))
-
-    if busy():
-        return False
-    with open(path, "rb") as f:
-        header = f.read(100)
-    size = path.stat().st_size
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(header[28:32], "big")
-    size_valid = header[24:28] == header[92:96]  # SQLite's "version-valid-for" rule
-    return size_valid and size < pages * page_size and not busy()
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
-    try:
-        conn.execute("PRAGMA busy_timeout = 60000")
-        conn.execute("PRAGMA foreign_keys = ON")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreError(
-                f"{path}: SQLite could not enable WAL mode (journal_mode={mode!r}); the run "
-                "store needs a local file system"
-            )
-        # Durable across process crashes; a power loss may drop the last commits, never corrupt.
-        conn.execute("PRAGMA synchronous = NORMAL")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _create(path: Path) -> None:
-    """Build a complete store in a temporary file and publish it at ``path`` atomically.
-
-    If another process publishes first, its store is kept and this one discarded.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    name = str(path.parent / f".{path.name}.{secrets.token_hex(8)}.creating")
-    os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))  # umask applies
-    tmp = Path(name)
-    try:
-        conn = sqlite3.connect(name, isolation_level=None)
-        try:
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.executescript("BEGIN;" + _schema() + "COMMIT;")
-            conn.execute("PRAGMA journal_mode = WAL")
-        finally:
-            conn.close()
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # fails if anything exists at path: never replaces a file
-        except FileExistsError:
-            pass
-        except OSError:  # a file system without hard links
-            if not path.exists():
-                os.replace(tmp, path)
-    finally:
-        for leftover in (tmp, Path(name + "-wal"), Path(name + "-shm")):
-            with contextlib.suppress(FileNotFoundError):
-                leftover.unlink()
-
-
 class RunStore:
     """An open run store (one SQLite connection).
 
@@ -378,37 +160,24 @@ class RunStore:
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE_PATH, *, create: bool = True):
         self._path = Path(path).absolute()
         self._pid = os.getpid()
-        if not self._path.exists():
-            if not create:
-                raise FileNotFoundError(f"RunStore: no run store at {self._path}")
-            _create(self._path)
-        if self._path.is_dir():
-            raise StoreError(f"{self._path}: is a directory, not a gaugelab run store")
-        _check_header(self._path)
-        conn = _connect(self._path)
-        try:
-            found = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-        except sqlite3.DatabaseError as e:
-            conn.close()
-            raise StoreError(f"{self._path}: corrupt gaugelab run store ({e})") from None
-        missing = sorted(set(_TABLES) - found)
-        if missing:
-            conn.close()
-            raise StoreError(f"{self._path}: gaugelab run store lacks tables {missing}")
-        self._conn: sqlite3.Connection | None = conn
+        self._conn: sqlite3.Connection | None = open_store(self._path, create_missing=create)
 
     def check(self) -> None:
         """Run SQLite's ``PRAGMA integrity_check`` (reads every page; slow on big stores).
 
         Raises:
             StoreError: the database is corrupt; the message carries SQLite's first findings.
+                The file is left untouched (the check only reads).
         """
         try:
             found = [r[0] for r in self._connection().execute("PRAGMA integrity_check(10)")]
         except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self._path}: corrupt gaugelab run store ({e})") from None
+            raise refused(self._path, e) from None
         if found != ["ok"]:
-            raise StoreError(f"{self._path}: corrupt gaugelab run store: {'; '.join(found)}")
+            raise StoreError(
+                f"{self._path}: corrupt gaugelab run store: {'; '.join(found)}; the file was "
+                "left untouched"
+            )
 
     @classmethod
     def open(
@@ -466,7 +235,7 @@ class RunStore:
         except sqlite3.DatabaseError as e:
             if getattr(e, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
                 raise
-            raise StoreError(f"{self._path}: corrupt gaugelab run store ({e})") from None
+            raise refused(self._path, e) from None
 
     # --- writing ---------------------------------------------------------------------------
 
