@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from gaugelab.experiments._engine import SensingBatch, train_rule
+from gaugelab.experiments._sensing import SensingBatch
+from gaugelab.experiments._training import train_rule
 from gaugelab.experiments.zoo import ZooSpec, run_zoo
 from gaugelab.optim import cosine_factor, make_optimizer
 from gaugelab.tasks import MatrixSensing
@@ -72,7 +73,12 @@ def _study_wall(steps: int, workers: int, folder: str) -> float:
     """Wall seconds of ``run_zoo`` (no convex row, no interpolation checks) on ``workers``."""
     spec = ZooSpec(steps=steps, check_every=10**9, convex=False)
     start = time.perf_counter()
-    run_zoo(spec, store=os.path.join(folder, f"store-{steps}.sqlite"), workers=workers)
+    run_zoo(
+        spec,
+        store=os.path.join(folder, f"store-{steps}.sqlite"),
+        max_workers=workers,
+        write_report=False,
+    )
     return time.perf_counter() - start
 
 

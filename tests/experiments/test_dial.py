@@ -10,8 +10,16 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from gaugelab.experiments.dial import DIAL_LRS, DIAL_PS, DialSpec, dial_runs, is_monotone, run_dial
-from gaugelab.experiments.sensing_report import dial_report, dial_tables
+from gaugelab.experiments.dial import (
+    DIAL_LRS,
+    DIAL_PS,
+    DialSpec,
+    is_monotone,
+    plan,
+    report,
+    run_dial,
+    tables,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,7 +50,7 @@ def test_the_spec_rejects_bad_settings():
 
 
 def test_one_run_per_p_plus_gd():
-    runs = dial_runs(DialSpec(ps=(1.0, 0.0)))
+    runs = plan(DialSpec(ps=(1.0, 0.0))).specs()
     assert [r.labels() for r in runs] == [["adam-p@1"], ["adam-p@0"], ["gd"]]
 
 
@@ -65,7 +73,7 @@ def reduced(tmp_path_factory):
         lrs=(1e-2, 3e-2),
         gd_lrs=(2e-2,),
     )
-    return store, run_dial(spec, store=store)
+    return store, run_dial(spec, store=store, write_report=False).result
 
 
 def test_reduced_dial_recovery_falls_along_the_dial(reduced):
@@ -84,9 +92,9 @@ def test_reduced_dial_recovery_falls_along_the_dial(reduced):
 
 def test_dial_tables_and_report(reduced, tmp_path):
     store, result = reduced
-    per_p, fixed = dial_tables(result)
+    per_p, fixed = tables(result)
     assert [row[0] for row in per_p.rows] == ["1", "0.5", "0", "gd"]
     assert fixed.columns == ["p", "0.01", "0.03"]
-    path = dial_report(result, store, tmp_path / "dial")
+    path = report(result, tmp_path / "dial")
     assert "Adam-p dial" in path.read_text(encoding="utf-8")
     assert (tmp_path / "dial" / "dial_recovery.png").is_file()

@@ -1,20 +1,14 @@
-"""gaugelab.experiments._engine: batched members, stopping and divergence bookkeeping, the
-selection rule."""
+"""gaugelab.experiments._sensing, _training and _rates: batched members, stopping and
+divergence bookkeeping, the selection rule."""
 
 import math
 
 import pytest
 import torch
 
-from gaugelab.experiments._engine import (
-    BUDGET,
-    DIVERGED,
-    INTERPOLATED,
-    RuleResult,
-    SensingBatch,
-    select_rate,
-    train_rule,
-)
+from gaugelab.experiments._rates import select_rate
+from gaugelab.experiments._sensing import SensingBatch
+from gaugelab.experiments._training import BUDGET, DIVERGED, INTERPOLATED, RuleResult, train_rule
 from gaugelab.experiments.zoo import ZooSpec
 from gaugelab.tasks import MatrixSensing
 

@@ -11,15 +11,16 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from gaugelab.experiments.sensing_report import zoo_report, zoo_tables
 from gaugelab.experiments.zoo import (
     CONVEX,
     LearningRateGrids,
     ZooSpec,
     rule_class,
+    plan,
+    report,
     run_zoo,
+    tables,
     split_verdict,
-    zoo_runs,
 )
 from gaugelab.study import RunStore
 
@@ -69,9 +70,12 @@ def test_the_spec_rejects_unknown_rules_and_empty_work():
 
 
 def test_one_run_per_rule_plus_the_convex_row():
-    runs = zoo_runs(ZooSpec(rules=("gd", "muon")))
+    spec = ZooSpec(rules=("gd", "muon"))
+    sweep = plan(spec)
+    runs = sweep.specs()
     assert [r.labels() for r in runs] == [["gd"], ["muon"], [CONVEX]]
     assert len({r.identity() for r in runs}) == 3
+    assert sweep.study == f"zoo-{spec.identity()[:12]}"
 
 
 def test_rule_classes_follow_the_zoo_claims():
@@ -118,8 +122,13 @@ def reduced(tmp_path_factory):
         convex=True,  # make test installs gaugelab[convex]
     )
     seen = []
-    result = run_zoo(spec, store=store, progress=lambda label, step, total: seen.append(label))
-    return spec, store, result, seen
+    outcome = run_zoo(
+        spec,
+        store=store,
+        progress=lambda done, total: seen.append((done, total)),
+        write_report=False,
+    )
+    return spec, store, outcome.result, seen
 
 
 def test_reduced_zoo_orders_equivariant_rules_before_coordinatewise_ones(reduced):
@@ -145,25 +154,25 @@ def test_the_convex_row_is_the_nuclear_norm_solution(reduced):
 
 def test_the_study_is_in_the_store_and_a_rerun_executes_nothing(reduced):
     spec, store, result, seen = reduced
-    assert set(seen) >= {"gd", "muon", "adam"}  # per-step progress from this process
+    assert seen[0] == (0, 7) and seen[-1] == (7, 7)  # six rules and the convex row, by run
     with RunStore(store, create=False) as db:
-        for outcome in result.outcomes:
-            assert db.completed(outcome.identity)
-            kinds = [a.kind for a in db.artifacts(outcome.identity)]
-            assert kinds == ["result"] * len(outcome.spec.labels())
-        names = {m.name for m in db.metrics(result.outcomes[0].identity)}
+        for run in result.runs:
+            assert db.completed(run.identity)
+            kinds = [a.kind for a in db.artifacts(run.identity)]
+            assert kinds == ["result"]
+        names = {m.name for m in db.metrics(result.runs[0].identity)}
         assert "gd/final_recovery/lr=0.02/seed=42" in names
-    again = run_zoo(spec, store=store)
-    assert all(o.cached for o in again.outcomes)
-    assert [r.recovery for r in again.rows] == [r.recovery for r in result.rows]
+    again = run_zoo(spec, store=store, write_report=False)
+    assert len(again.sweep.skipped) == 7 and not again.sweep.completed
+    assert [r.recovery for r in again.result.rows] == [r.recovery for r in result.rows]
 
 
 def test_tables_and_report(reduced, tmp_path):
     _, store, result, _ = reduced
-    tables = zoo_tables(result)
-    assert [row[0] for row in tables[0].rows][:6] == [r.rule for r in result.rows]
-    assert tables[1].rows[0][5] == "yes"  # the split table: clean split
-    path = zoo_report(result, store, tmp_path / "report")
+    tables_ = tables(result)
+    assert [row[0] for row in tables_[0].rows][:6] == [r.rule for r in result.rows]
+    assert tables_[1].rows[0][5] == "yes"  # the split table: clean split
+    path = report(result, tmp_path / "report")
     html = path.read_text(encoding="utf-8")
     assert "scalar-adam" in html and "clean split" in html
     for name in ("recovery_vs_effective_rank", "spectra", "loss_curves"):

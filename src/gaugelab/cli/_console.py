@@ -1,14 +1,18 @@
-"""The console every command prints tables to."""
+"""The console every command prints to: wide tables, a run bar, a study's outcome."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator, Sequence
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from gaugelab.experiments._study import StudyOutcome
 from gaugelab.study.report import Table, format_number
 
 
@@ -34,3 +38,35 @@ def failure_line(identity: str, termination: str, message: str, what: str = "") 
     """``failed <identity[:12]> (<what>): <termination> — <message>`` in red."""
     label = f" ({what})" if what else ""
     return Text(f"failed {identity[:12]}{label}: {termination} — {message}", style="red")
+
+
+@contextlib.contextmanager
+def run_bar(console: Console, description: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar over a study's runs; yields ``progress(done, total)`` for ``run_sweep``."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} runs"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def print_outcome(
+    console: Console, outcome: StudyOutcome, tables: Sequence[Table], *, label_columns: int = 0
+) -> None:
+    """Print a study's tables, reused / resumed runs, failures and report path."""
+    if outcome.sweep.skipped:
+        console.print(
+            f"{len(outcome.sweep.skipped)} run(s) were already completed in the store: reused"
+        )
+    for line in outcome.resumed_lines():
+        console.print(Text(line))
+    for table in tables:
+        console.print(rich_table(table, label_columns=label_columns))
+    for run in outcome.result.failures:
+        console.print(failure_line(run.identity, run.termination, run.message))
+    if outcome.report is not None:
+        console.print(Text(f"report: {outcome.report}"))

@@ -1,29 +1,27 @@
 """Commands ``gaugelab zoo`` and ``gaugelab dial``: the matrix-sensing experiments.
 
-Each runs a study in the run store (one run per rule, or per p), shows progress, prints the
-table and writes the HTML report. The work is done by :func:`gaugelab.experiments.run_zoo`,
-:func:`~gaugelab.experiments.run_dial` and the report functions; this module parses options.
+Each parses its options into a spec, makes one library call (:func:`gaugelab.experiments.run_zoo`
+or :func:`~gaugelab.experiments.run_dial`: run the study, collect, write the report) and renders
+the tables it returns.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from gaugelab.cli._console import failure_line, rich_table, wide_console
+from gaugelab.cli._console import print_outcome, run_bar, wide_console
 from gaugelab.cli._errors import fail
 from gaugelab.errors import NonFiniteError
-from gaugelab.experiments.dial import DialSpec, run_dial
-from gaugelab.experiments.sensing_report import dial_report, dial_tables, zoo_report, zoo_tables
-from gaugelab.experiments.zoo import ZooSpec, run_zoo
+from gaugelab.experiments import dial as dial_experiment
+from gaugelab.experiments import zoo as zoo_experiment
+from gaugelab.experiments.dial import DialSpec
+from gaugelab.experiments.zoo import ZooSpec
 from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
+from gaugelab.study.sweep import EXECUTORS
 
 __all__ = ["dial", "register", "zoo"]
 
@@ -67,41 +65,38 @@ def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
     return grids
 
 
-@contextlib.contextmanager
-def _progress(console: Console, labels: list[str], steps: int, workers: int) -> Iterator[Callable]:
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as bar:
-        if workers > 1:
-            task = bar.add_task(f"runs ({workers} workers)", total=len(labels))
-
-            def update(label: str, step: int, total: int) -> None:
-                bar.advance(task)
-
-        else:
-            tasks = {label: bar.add_task(label, total=steps) for label in labels}
-
-            def update(label: str, step: int, total: int) -> None:
-                if label in tasks:
-                    bar.update(tasks[label], completed=step)
-
-        yield update
-
-
 Dtype = Annotated[str, typer.Option(help="float32 (the reference) or float64.")]
 Quick = Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")]
 Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
 Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default: in the store's).")]
 Workers = Annotated[
-    int, typer.Option(help="Worker processes (1: this process, with per-step progress).")
+    int,
+    typer.Option(
+        "--max-workers", "--workers", help="Runs at once, each in its own worker process."
+    ),
 ]
 Threads = Annotated[
     int, typer.Option(help="Torch threads per run process (1: small memory-bound products).")
 ]
+Executor = Annotated[
+    str, typer.Option(help="local (worker processes on this machine) or ray (needs gaugelab[ray]).")
+]
+Address = Annotated[
+    str | None,
+    typer.Option(help="Ray cluster address (with --executor ray; default: a local Ray)."),
+]
+
+
+def _executor(executor: str) -> str:
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
+    return executor
+
+
+def _sizes(max_workers: int, threads: int) -> None:
+    for option, value in (("--max-workers", max_workers), ("--threads", threads)):
+        if value < 1:
+            raise ValueError(f"{option} {value}; allowed: an integer >= 1")
 
 
 def zoo(
@@ -142,19 +137,23 @@ def zoo(
     ] = True,
     dtype: Dtype = "float32",
     quick: Quick = False,
-    workers: Workers = 1,
+    executor: Executor = "local",
+    max_workers: Workers = 1,
     threads: Threads = 1,
+    address: Address = None,
     store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
         str | None, typer.Option(help="Study name (default: zoo-HASH, HASH from the spec).")
     ] = None,
     out: Out = None,
 ) -> None:
-    """The matrix-sensing optimizer zoo (PROTOCOLS §3): every rule, seeds × learning rates as
-    one ensemble per rule, the protocol's rate selection, the table and the split verdict.
+    """The matrix-sensing optimizer zoo (docs/protocols.md §3): every rule, seeds × learning
+    rates as one ensemble per rule, the protocol's rate selection, the table and the split
+    verdict.
 
     The 60 × 60 rank-5 check: --size 60 --rank 5 --rules gd,adam,muon --decayed muon.
-    Runs already completed in the store are not run again.
+    Runs already completed in the store are not run again; a run killed mid-way resumes from
+    its last checkpoint (every 2,000 steps) when the same command is run again.
     """
     console = wide_console()
     try:
@@ -176,6 +175,8 @@ def zoo(
         if decayed is not None:
             fields["decayed"] = _names(decayed)
         specs = [ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
+        _executor(executor)
+        _sizes(max_workers, threads)
     except ValueError as exc:
         raise fail(exc) from None
     for spec in specs:
@@ -184,28 +185,25 @@ def zoo(
             f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
         )
         try:
-            with _progress(console, spec.labels(), spec.steps, workers) as update:
-                result = run_zoo(
+            with run_bar(console, "training rules") as progress:
+                outcome = zoo_experiment.run_zoo(
                     spec,
                     store=store,
                     study=study if len(specs) == 1 else None,
-                    workers=workers,
+                    executor=executor,
+                    max_workers=max_workers,
                     threads=threads,
-                    progress=update,
+                    address=address,
+                    progress=progress,
+                    report_dir=out if len(specs) == 1 else None,
                 )
-            for table in zoo_tables(result):
-                console.print(rich_table(table))
-            if result.split is not None:
-                style = "bold green" if result.split.clean else "bold red"
-                console.print(Text(result.split.sentence(), style=style))
-            for outcome in result.failures:
-                what = ", ".join(outcome.spec.labels())
-                line = failure_line(outcome.identity, outcome.termination, outcome.message, what)
-                console.print(line)
-            path = zoo_report(result, store, out if len(specs) == 1 else None)
         except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
             raise fail(str(exc)) from None
-        console.print(Text(f"report: {path}"))
+        split = outcome.result.split
+        print_outcome(console, outcome, zoo_experiment.tables(outcome.result))
+        if split is not None:
+            style = "bold green" if split.clean else "bold red"
+            console.print(Text(split.sentence(), style=style))
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab zoo`.")
 
@@ -231,18 +229,21 @@ def dial(
     gd: Annotated[bool, typer.Option(help="Train gd for the reference line.")] = True,
     dtype: Dtype = "float32",
     quick: Quick = False,
-    workers: Workers = 1,
+    executor: Executor = "local",
+    max_workers: Workers = 1,
     threads: Threads = 1,
+    address: Address = None,
     store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
         str | None, typer.Option(help="Study name (default: dial-HASH, HASH from the spec).")
     ] = None,
     out: Out = None,
 ) -> None:
-    """The Adam-p dial (PROTOCOLS §4): recovery error and effective rank as Adam's denominator
-    is pooled toward one scalar, with the per-p rate arm and the fixed-rate arm.
+    """The Adam-p dial (docs/protocols.md §4): recovery error and effective rank as Adam's
+    denominator is pooled toward one scalar, with the per-p rate arm and the fixed-rate arm.
 
-    Runs already completed in the store are not run again.
+    Runs already completed in the store are not run again; a run killed mid-way resumes from
+    its last checkpoint when the same command is run again.
     """
     console = wide_console()
     try:
@@ -259,6 +260,8 @@ def dial(
             dtype=dtype,
             **_budget(steps, seeds, quick, base),
         )
+        _executor(executor)
+        _sizes(max_workers, threads)
     except ValueError as exc:
         raise fail(exc) from None
     console.print(
@@ -266,18 +269,21 @@ def dial(
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
     )
     try:
-        with _progress(console, spec.labels(), spec.steps, workers) as update:
-            result = run_dial(
-                spec, store=store, study=study, workers=workers, threads=threads, progress=update
+        with run_bar(console, "training p settings") as progress:
+            outcome = dial_experiment.run_dial(
+                spec,
+                store=store,
+                study=study,
+                executor=executor,
+                max_workers=max_workers,
+                threads=threads,
+                address=address,
+                progress=progress,
+                report_dir=out,
             )
-        for table in dial_tables(result):
-            console.print(rich_table(table))
-        for outcome in result.failures:
-            console.print(failure_line(outcome.identity, outcome.termination, outcome.message))
-        path = dial_report(result, store, out)
     except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
         raise fail(str(exc)) from None
-    console.print(Text(f"report: {path}"))
+    print_outcome(console, outcome, dial_experiment.tables(outcome.result))
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab dial`.")
 

@@ -1,23 +1,46 @@
-"""Experiments: declarative specs and runners that compose the layers above.
+"""Experiments: the reference protocols, each as a declarative study on the harness.
 
-* :mod:`~gaugelab.experiments.zoo` — the matrix-sensing optimizer zoo (PROTOCOLS §3);
-* :mod:`~gaugelab.experiments.dial` — the Adam-p dial (PROTOCOLS §4);
-* :mod:`~gaugelab.experiments.sensing_report` — their tables, figures and HTML reports;
-* :mod:`~gaugelab.experiments.twins` — the attention-head twin study (PROTOCOLS §5).
+Every experiment module has the same small surface:
+
+* a frozen **spec** (an :class:`~gaugelab.study.spec.ExperimentSpec`: every default is the
+  protocol of docs/protocols.md, every field described):
+  :class:`~gaugelab.experiments.zoo.ZooSpec`, :class:`~gaugelab.experiments.dial.DialSpec`,
+  :class:`~gaugelab.experiments.twins.TwinStudy`;
+* ``plan(spec) -> Sweep``: the study's runs, executed by :func:`gaugelab.study.run_sweep` — the
+  one executor (local processes or Ray), which skips completed runs, retries only
+  infrastructure failures and resumes interrupted runs from their checkpoints;
+* ``collect(store, study) -> Result``: the typed result, read back from the run store (stored
+  metrics, artifacts and verdicts; nothing recomputed that a run already stored);
+* ``tables(result) -> list[Table]``: renderable rows (no rich objects), shown by the CLI and by
+  the report alike;
+* ``report(result, out_dir) -> Path``: figures and the self-contained HTML report.
+
+``run_zoo``, ``run_dial`` and ``run_twins_study`` do all of it at once
+(:func:`~gaugelab.experiments._study.run_experiment`) and return a
+:class:`~gaugelab.experiments._study.StudyOutcome` (result, the executor's account, report
+path); the ``gaugelab`` commands are these calls plus rendering.
+
+Modules:
+
+* :mod:`~gaugelab.experiments.zoo` — the matrix-sensing optimizer zoo (docs/protocols.md §3);
+* :mod:`~gaugelab.experiments.dial` — the Adam-p dial (docs/protocols.md §4);
+* :mod:`~gaugelab.experiments.twins` — the attention-head twin protocol (docs/protocols.md §5);
+* private: ``_sensing`` (the batched sensing task), ``_training`` (the resumable training loop),
+  ``_rates`` (rate selection), ``_convex`` (the convex reference row), ``sensing_report`` (the
+  zoo's and the dial's tables and figures), ``_study`` (what the experiments share).
 """
 
+from gaugelab.experiments._study import StudyOutcome
 from gaugelab.experiments.dial import DialResult, DialSpec, run_dial
-from gaugelab.experiments.sensing_report import dial_report, zoo_report
 from gaugelab.experiments.zoo import LearningRateGrids, ZooResult, ZooSpec, run_zoo
 
 __all__ = [
     "DialResult",
     "DialSpec",
     "LearningRateGrids",
+    "StudyOutcome",
     "ZooResult",
     "ZooSpec",
-    "dial_report",
     "run_dial",
     "run_zoo",
-    "zoo_report",
 ]

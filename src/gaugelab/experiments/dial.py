@@ -16,28 +16,37 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
 from pydantic import Field, field_validator, model_validator
 
 from gaugelab.determinism import deterministic
-from gaugelab.experiments._engine import (
+from gaugelab.experiments._rates import RateChoice, select_rate
+from gaugelab.experiments._sensing import SensingBatch, SensingExperiment
+from gaugelab.experiments._study import (
+    RunState,
+    StudyOutcome,
+    run_experiment,
+    run_states,
+    study_row,
+)
+from gaugelab.experiments._training import (
     INTERPOLATED,
-    Progress,
-    RateChoice,
     RuleResult,
-    RunOutcome,
-    SensingBatch,
-    SensingExperiment,
+    read_results,
     record_result,
-    run_study,
-    select_rate,
     train_rule,
 )
+from gaugelab.experiments.sensing_report import dial_report, dial_tables
 from gaugelab.experiments.zoo import LearningRateGrids, default_study_name
-from gaugelab.study.store import DEFAULT_STORE_PATH
+from gaugelab.study.report import Table
+from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+from gaugelab.study.sweep import Sweep
 from gaugelab.tasks import effective_rank
 
 __all__ = [
@@ -46,11 +55,13 @@ __all__ = [
     "DialPoint",
     "DialResult",
     "DialSpec",
-    "collect_dial",
+    "collect",
     "dial_label",
-    "dial_runs",
     "is_monotone",
+    "plan",
+    "report",
     "run_dial",
+    "tables",
 ]
 
 DIAL_PS = (1.0, 0.75, 0.5, 0.25, 0.0)
@@ -126,10 +137,13 @@ class DialSpec(SensingExperiment):
                     decay=self.decays("adam-p"),
                     hyper={"p": p, "mean": self.mean},
                     label=dial_label(p),
+                    run=run,
                 )
                 record_result(run, result, self.steps)
             if self.gd_reference:
-                result = train_rule(self, batch, "gd", self.gd_lrs, decay=self.decays("gd"))
+                result = train_rule(
+                    self, batch, "gd", self.gd_lrs, decay=self.decays("gd"), run=run
+                )
                 record_result(run, result, self.steps)
 
 
@@ -198,7 +212,7 @@ class DialResult:
         gd: gd's reference point (``p`` is NaN), if run and completed.
         planted_effective_rank: mean effective rank of the planted targets.
         monotone: per-p arm recovery strictly increasing in p.
-        outcomes: every run's outcome (failures included).
+        runs: every run of the study with its latest termination (failures included).
     """
 
     spec: DialSpec
@@ -207,21 +221,21 @@ class DialResult:
     gd: DialPoint | None
     planted_effective_rank: float
     monotone: bool
-    outcomes: list[RunOutcome] = field(default_factory=list)
+    runs: list[RunState] = field(default_factory=list)
 
     @property
-    def failures(self) -> list[RunOutcome]:
+    def failures(self) -> list[RunState]:
         """Runs that did not complete."""
-        return [o for o in self.outcomes if o.termination != "completed"]
+        return [r for r in self.runs if not r.completed]
 
 
-def dial_runs(spec: DialSpec) -> list[DialSpec]:
-    """The study's runs: one per p (``ps = (p,)``) and one for gd (``ps = ()``)."""
-    data = spec.model_dump()
-    runs = [DialSpec.model_validate({**data, "ps": (p,), "gd_reference": False}) for p in spec.ps]
+def plan(spec: DialSpec, study: str | None = None) -> Sweep:
+    """The dial's runs: one per p (``ps = (p,)``) and one for gd (``ps = ()``); the study is
+    named ``dial-<identity prefix>`` unless ``study`` is given."""
+    variants = [{"ps": [p], "gd_reference": False} for p in spec.ps]
     if spec.gd_reference:
-        runs.append(DialSpec.model_validate({**data, "ps": (), "gd_reference": True}))
-    return runs
+        variants.append({"ps": [], "gd_reference": True})
+    return Sweep(spec, variants=variants, name=study or default_study_name(spec))
 
 
 def _planted_effective_rank(spec: DialSpec) -> float:
@@ -229,52 +243,77 @@ def _planted_effective_rank(spec: DialSpec) -> float:
     return float(effective_rank(batch.target.to(torch.float64)).mean())
 
 
-def collect_dial(spec: DialSpec, study: str, outcomes: list[RunOutcome]) -> DialResult:
-    """Build the :class:`DialResult` from the runs' outcomes (see :func:`run_dial`)."""
+def collect(store: RunStore, study: str) -> DialResult:
+    """The :class:`DialResult` of a dial study, from the store.
+
+    Raises:
+        ValueError: no such study, or it is not a dial study.
+    """
+    row = study_row(store, study)
+    if row.kind != DialSpec.kind:
+        raise ValueError(f"collect: study {study!r} is a {row.kind!r} study, not a dial study")
+    spec = DialSpec.model_validate(row.spec)
+    runs = run_states(store, study)
     results: dict[str, RuleResult] = {}
-    for outcome in outcomes:
-        for label, data in outcome.results.items():
-            results[label] = RuleResult.from_dict(data)
+    for run in runs:
+        if run.completed:
+            results.update(read_results(store, run.identity))
     points = [_point(p, results[dial_label(p)]) for p in spec.ps if dial_label(p) in results]
     gd = _point(float("nan"), results[GD_LABEL]) if GD_LABEL in results else None
     monotone = len(points) >= 2 and is_monotone(
         [pt.p for pt in points], [pt.mean_recovery for pt in points]
     )
-    return DialResult(spec, study, points, gd, _planted_effective_rank(spec), monotone, outcomes)
+    return DialResult(spec, study, points, gd, _planted_effective_rank(spec), monotone, runs)
+
+
+def tables(result: DialResult) -> list[Table]:
+    """The dial's tables (see :func:`gaugelab.experiments.sensing_report.dial_tables`)."""
+    return dial_tables(result)
+
+
+def report(result: DialResult, out_dir: str | os.PathLike[str]) -> Path:
+    """Write the dial's HTML report and figures into ``out_dir``; returns ``report.html``."""
+    return dial_report(result, Path(out_dir))
 
 
 def run_dial(
     spec: DialSpec | None = None,
     *,
-    store: Any = DEFAULT_STORE_PATH,
+    store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
     study: str | None = None,
-    workers: int = 1,
-    threads: int = 1,
-    progress: Progress | None = None,
-) -> DialResult:
-    """Run the dial as a study (one run per p, plus gd) and collect both arms.
+    executor: str = "local",
+    max_workers: int = 1,
+    threads: int | None = 1,
+    address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    report_dir: str | os.PathLike[str] | None = None,
+    write_report: bool = True,
+) -> StudyOutcome[DialResult]:
+    """Run the dial as a study (one run per p, plus gd), collect both arms, write the report.
 
     Args:
         spec: the protocol (default: the reference, :class:`DialSpec()`).
-        store, study, workers, threads, progress: as :func:`gaugelab.experiments.zoo.run_zoo`.
+        store, study, executor, max_workers, threads, address, progress, report_dir,
+            write_report: as :func:`gaugelab.experiments.zoo.run_zoo`.
 
     Returns:
-        The :class:`DialResult`; failed runs are in ``result.failures``.
+        The :class:`StudyOutcome`; failed runs are in ``outcome.result.failures``.
 
     Raises:
-        ValueError: bad ``workers``; a study name already used by another spec.
+        ValueError: a bad executor option; a study name already used by another spec.
 
-    Source: singh2026lossbasis, §7; PROTOCOLS §4.
+    Source: singh2026lossbasis, §7; docs/protocols.md §4.
     """
-    spec = spec or DialSpec()
-    study = study or default_study_name(spec)
-    outcomes = run_study(
-        study,
-        spec,
-        dial_runs(spec),
+    return run_experiment(
+        plan(spec or DialSpec(), study),
+        collect,
+        report,
         store=store,
-        workers=workers,
+        executor=executor,
+        max_workers=max_workers,
         threads=threads,
+        address=address,
         progress=progress,
+        report_dir=report_dir,
+        write_report=write_report,
     )
-    return collect_dial(spec, study, outcomes)

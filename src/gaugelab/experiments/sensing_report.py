@@ -9,30 +9,27 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from gaugelab.experiments._engine import DIVERGED, INTERPOLATED, SensingBatch
-from gaugelab.experiments.dial import DialResult
-from gaugelab.experiments.zoo import (
-    CONVEX,
-    COORDINATEWISE_CLASS,
-    EQUIVARIANT_CLASS,
-    ZooResult,
-    ZooRow,
-)
+from gaugelab.experiments._convex import CONVEX
+from gaugelab.experiments._sensing import COORDINATEWISE_CLASS, EQUIVARIANT_CLASS, SensingBatch
+from gaugelab.experiments._training import DIVERGED, INTERPOLATED
 from gaugelab.study.report import (
     Failure,
-    RunSummary,
     StudyReport,
     Table,
     format_number,
-    new_report_dir,
     plot_curves,
     plot_scatter,
     save_figure,
     write_report,
 )
+
+if TYPE_CHECKING:  # the experiment modules import this one
+    from gaugelab.experiments.dial import DialResult
+    from gaugelab.experiments.zoo import ZooResult, ZooRow
 
 __all__ = ["dial_report", "dial_tables", "zoo_report", "zoo_tables"]
 
@@ -153,10 +150,6 @@ def zoo_tables(result: ZooResult) -> list[Table]:
     return tables
 
 
-def _new_dir(directory: Path | None, base: Path, study: str) -> Path:
-    return Path(directory) if directory is not None else new_report_dir(base / "reports" / study)
-
-
 def zoo_figures(result: ZooResult, directory: Path) -> list:
     """Recovery against effective rank by class, singular spectra, and loss curves."""
     figures = []
@@ -231,31 +224,24 @@ def zoo_figures(result: ZooResult, directory: Path) -> list:
     return figures
 
 
-def _runs(outcomes) -> tuple[list[RunSummary], list[Failure]]:
-    runs = [
-        RunSummary(
-            o.identity,
-            o.termination,
-            ", ".join(o.spec.labels()),
-            {"cached": "yes" if o.cached else "no"},
-        )
-        for o in outcomes
-    ]
-    failures = [
-        Failure(o.identity, o.termination, o.message)
-        for o in outcomes
-        if o.termination != "completed"
-    ]
+def _runs(result) -> tuple[list, list[Failure]]:
+    runs = [r.summary(_run_label(r.spec)) for r in result.runs]
+    failures = [Failure(r.identity, r.termination, r.message) for r in result.failures]
     return runs, failures
 
 
-def zoo_report(result: ZooResult, store: str | Path, directory: Path | None = None) -> Path:
-    """Write the zoo's HTML report (tables, figures, split verdict, failures).
+def _run_label(spec: dict) -> str:
+    if "ps" in spec:  # a dial run: its p values, or the gd reference line
+        return ", ".join(f"p={p:g}" for p in spec["ps"]) or "gd"
+    return ", ".join(spec["rules"] + ([CONVEX] if spec.get("convex") else []))
+
+
+def zoo_report(result: ZooResult, directory: Path) -> Path:
+    """Write the zoo's HTML report (tables, figures, split verdict, failures) into ``directory``.
 
     Args:
-        result: from :func:`gaugelab.experiments.zoo.run_zoo`.
-        store: the run store path (the default folder is ``<store dir>/reports/<study>/<time>``).
-        directory: the report folder instead (must not hold a report already).
+        result: from :func:`gaugelab.experiments.zoo.collect`.
+        directory: the report folder (created; must not hold a report already).
 
     Returns:
         The path of ``report.html``.
@@ -263,9 +249,8 @@ def zoo_report(result: ZooResult, store: str | Path, directory: Path | None = No
     Raises:
         FileExistsError: the folder already holds a report or figures.
     """
-    directory = _new_dir(directory, Path(store).absolute().parent, result.study)
     figures = zoo_figures(result, directory)
-    runs, failures = _runs(result.outcomes)
+    runs, failures = _runs(result)
     notes = [_GRID_NOTE]
     if result.split is not None:
         notes.insert(0, result.split.sentence())
@@ -364,11 +349,10 @@ def dial_figures(result: DialResult, directory: Path) -> list:
     return figures
 
 
-def dial_report(result: DialResult, store: str | Path, directory: Path | None = None) -> Path:
-    """Write the dial's HTML report; arguments and errors as :func:`zoo_report`."""
-    directory = _new_dir(directory, Path(store).absolute().parent, result.study)
+def dial_report(result: DialResult, directory: Path) -> Path:
+    """Write the dial's HTML report into ``directory``; errors as :func:`zoo_report`."""
     figures = dial_figures(result, directory)
-    runs, failures = _runs(result.outcomes)
+    runs, failures = _runs(result)
     notes = [
         "recovery error increases monotonically with p"
         if result.monotone

@@ -1,49 +1,53 @@
-"""The matrix-sensing optimizer zoo: every rule on the PROTOCOLS §3 testbed, one table.
+"""The matrix-sensing optimizer zoo: every rule on the docs/protocols.md §3 testbed, one table.
 
-For each rule, every (seed × learning rate) trains as one ensemble (see ``_engine``); the rate
-is chosen by the protocol's rule; the table reports recovery error, train loss, effective rank,
-balancedness and steps; the *split* compares the worst orthogonally equivariant rule with the
-best coordinatewise one. A convex reference row (minimum nuclear norm subject to the
+For each rule, every (seed × learning rate) trains as one ensemble (see ``_training``); the
+rate is chosen by the protocol's rule; the table reports recovery error, train loss, effective
+rank, balancedness and steps; the *split* compares the worst orthogonally equivariant rule with
+the best coordinatewise one. A convex reference row (minimum nuclear norm subject to the
 measurements, by cvxpy + SCS) is added when cvxpy is installed (``gaugelab[convex]``).
 
-The study has one run per rule (plus one for the convex row): each is resumable on its own, a
-failure of one rule does not lose the others, and rules can run in parallel worker processes.
+The experiment surface (see :mod:`gaugelab.experiments`): :class:`ZooSpec`, :func:`plan` (one
+run per rule, plus one for the convex row: each resumable on its own, a failure of one rule
+does not lose the others, rules can run in parallel), :func:`collect`, :func:`tables`,
+:func:`report`, and :func:`run_zoo` for all of it at once.
 
-Source: singh2026lossbasis, §5 (the zoo) and Table 6 (schedule control); PROTOCOLS §3.
+Source: singh2026lossbasis, §5 (the zoo) and Table 6 (schedule control); docs/protocols.md §3.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import time
-import warnings
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gaugelab.determinism import deterministic
-from gaugelab.experiments._engine import (
-    INTERPOLATED,
-    PROGRESS,
-    Progress,
-    RateChoice,
-    RuleResult,
-    RunOutcome,
+from gaugelab.experiments._convex import CONVEX, nuclear_norm_reference
+from gaugelab.experiments._rates import RateChoice, select_rate
+from gaugelab.experiments._sensing import (
+    COORDINATEWISE_CLASS,
+    EQUIVARIANT_CLASS,
     SensingBatch,
     SensingExperiment,
-    record_result,
-    run_study,
-    select_rate,
-    train_rule,
 )
+from gaugelab.experiments._study import (
+    RunState,
+    StudyOutcome,
+    run_experiment,
+    run_states,
+    study_row,
+)
+from gaugelab.experiments._training import RuleResult, read_results, record_result, train_rule
+from gaugelab.experiments.sensing_report import zoo_report, zoo_tables
 from gaugelab.optim import CLAIMS, EQUIVARIANT, OPTIMIZERS
-from gaugelab.study.store import DEFAULT_STORE_PATH
-from gaugelab.tasks import effective_rank
+from gaugelab.study.report import Table
+from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "CONVEX",
@@ -54,12 +58,14 @@ __all__ = [
     "ZooResult",
     "ZooRow",
     "ZooSpec",
-    "collect_zoo",
+    "collect",
     "nuclear_norm_reference",
+    "plan",
+    "report",
     "rule_class",
     "run_zoo",
     "split_verdict",
-    "zoo_runs",
+    "tables",
 ]
 
 ZOO_RULES = (
@@ -73,12 +79,9 @@ ZOO_RULES = (
     "muon",
     "shampoo",
 )
-"""The rules of the reference zoo (PROTOCOLS §3 targets), in table order."""
+"""The rules of the reference zoo (docs/protocols.md §3 targets), in table order."""
 DECAYED = ("muon", "signum", "lion", "rmsprop")
 """The rules on the cosine schedule in the reference protocol."""
-CONVEX = "nuclear-norm"
-"""Label of the convex reference row."""
-EQUIVARIANT_CLASS, COORDINATEWISE_CLASS = "equivariant", "coordinatewise"
 
 
 def _grid(default: tuple[float, ...], why: str) -> Any:
@@ -201,6 +204,8 @@ class ZooSpec(SensingExperiment):
     def execute(self, run: Any) -> None:
         """Train every rule as one ensemble of (seed × rate) and record it; then the convex row.
 
+        Each rule checkpoints into ``run`` (see :func:`train_rule`) and resumes from there.
+
         Raises:
             ValueError: bad hyperparameters (from the zoo).
         """
@@ -213,84 +218,11 @@ class ZooSpec(SensingExperiment):
                     rule,
                     self.lr_grids.grid(rule),
                     decay=self.decays(rule, self.decayed),
+                    run=run,
                 )
                 record_result(run, result, self.steps)
         if self.convex:
             record_result(run, nuclear_norm_reference(self, batch), self.steps)
-
-
-def nuclear_norm_reference(spec: SensingExperiment, batch: SensingBatch) -> RuleResult:
-    """The convex reference: ``min ‖X‖_* s.t. A vec(X) = y`` per seed, by cvxpy with SCS.
-
-    Always solved in float64, on the float64 instance (the same float32 draws, ``y`` formed in
-    float64; a float32 ``y`` is not exactly consistent and SCS stalls on it), with SCS
-    tolerances ``eps_abs = eps_rel = 1e-9`` (**ours**; 1e-6 leaves errors of ~1e-4) and at most
-    100,000 iterations, so a recovery error below ~1e-6 means exact recovery. The recovery error
-    is measured against ``batch.target``. At the reference m = 462 the convex program does not
-    recover every instance (seed 456: 0.100 with SCS and with Clarabel — its minimiser has a
-    smaller nuclear norm than ``X*``). Recorded as a :class:`RuleResult` with one "rate" (0)
-    and status ``interpolated`` when SCS reports ``optimal``, else ``budget``.
-
-    Raises:
-        ImportError: cvxpy is not installed (``pip install 'gaugelab[convex]'``).
-
-    Source: recht2010guaranteed (nuclear-norm minimisation); the solver: SCS
-    (odonoghue2016conic) through cvxpy (diamond2016cvxpy).
-    """
-    try:
-        import cvxpy as cp
-    except ImportError:
-        raise ImportError(
-            "the convex reference row needs cvxpy with SCS: pip install 'gaugelab[convex]' "
-            "(or pass convex=False / --no-convex)"
-        ) from None
-
-    start = time.perf_counter()
-    exact = SensingBatch.build(spec.model_copy(update={"dtype": "float64"}))
-    n = exact.target.shape[-1]
-    rows: dict[str, list[list[Any]]] = {k: [] for k in ("rec", "loss", "erank", "status", "sv")}
-    for s in range(len(exact.seeds)):
-        A, y = exact.A[s].numpy(), exact.y[s].numpy()
-        X = cp.Variable((n, n))
-        problem = cp.Problem(cp.Minimize(cp.normNuc(X)), [A @ cp.vec(X, order="C") == y])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "may be inaccurate": see the status
-            problem.solve(solver=cp.SCS, eps_abs=1e-9, eps_rel=1e-9, max_iters=100_000)
-        W = torch.as_tensor(np.asarray(X.value, dtype=np.float64))
-        rows["rec"].append(
-            [
-                float(
-                    torch.linalg.matrix_norm(W - batch.target[s].double())
-                    / torch.linalg.matrix_norm(batch.target[s].double())
-                )
-            ]
-        )
-        residual = exact.A[s] @ W.reshape(-1) - exact.y[s]  # [m]
-        rows["loss"].append([float((residual * residual).mean())])
-        rows["erank"].append([float(effective_rank(W))])
-        rows["status"].append([INTERPOLATED if problem.status == "optimal" else "budget"])
-        rows["sv"].append([torch.linalg.svdvals(W).tolist()])
-        progress = PROGRESS.get()
-        if progress is not None:
-            progress(CONVEX, (s + 1) * spec.steps // len(exact.seeds), spec.steps)
-    return RuleResult(
-        rule=CONVEX,
-        hyper={"solver": "SCS", "eps": 1e-9},
-        decayed=False,
-        lrs=[0.0],
-        seeds=list(exact.seeds),
-        recovery=rows["rec"],
-        loss=rows["loss"],
-        effective_rank=rows["erank"],
-        balancedness=[[float("nan")] for _ in exact.seeds],
-        steps=[[0] for _ in exact.seeds],
-        status=rows["status"],
-        spectra=rows["sv"],
-        curve_steps=[],
-        curve_loss=[],
-        curve_recovery=[],
-        seconds=time.perf_counter() - start,
-    )
 
 
 def rule_class(rule: str) -> str:
@@ -430,7 +362,7 @@ class ZooResult:
         rows: one :class:`ZooRow` per rule that completed, in the spec's order.
         convex: the convex reference row, if run and completed.
         split: the :class:`SplitVerdict` over ``rows`` (``None`` if a class is missing).
-        outcomes: every run's :class:`RunOutcome` (failures included).
+        runs: every run of the study with its latest termination (failures included).
     """
 
     spec: ZooSpec
@@ -438,34 +370,12 @@ class ZooResult:
     rows: list[ZooRow]
     convex: ZooRow | None
     split: SplitVerdict | None
-    outcomes: list[RunOutcome] = field(default_factory=list)
+    runs: list[RunState] = field(default_factory=list)
 
     @property
-    def failures(self) -> list[RunOutcome]:
+    def failures(self) -> list[RunState]:
         """Runs that did not complete."""
-        return [o for o in self.outcomes if o.termination != "completed"]
-
-
-def zoo_runs(spec: ZooSpec) -> list[ZooSpec]:
-    """The study's runs: one per rule (``rules = (rule,)``, no convex row) and, if
-    ``spec.convex``, one for the convex row (``rules = ()``)."""
-    data = spec.model_dump()
-    runs = [ZooSpec.model_validate({**data, "rules": (r,), "convex": False}) for r in spec.rules]
-    if spec.convex:
-        runs.append(ZooSpec.model_validate({**data, "rules": (), "convex": True}))
-    return runs
-
-
-def collect_zoo(spec: ZooSpec, study: str, outcomes: list[RunOutcome]) -> ZooResult:
-    """Build the :class:`ZooResult` from the runs' outcomes (see :func:`run_zoo`)."""
-    results: dict[str, RuleResult] = {}
-    for outcome in outcomes:
-        for label, data in outcome.results.items():
-            results[label] = RuleResult.from_dict(data)
-    rows = [ZooRow.from_result(results[r], rule_class(r)) for r in spec.rules if r in results]
-    convex = ZooRow.from_result(results[CONVEX], "convex") if CONVEX in results else None
-    split = split_verdict({r.rule: r.mean_recovery for r in rows}, {r.rule: r.klass for r in rows})
-    return ZooResult(spec, study, rows, convex, split, outcomes)
+        return [r for r in self.runs if not r.completed]
 
 
 def default_study_name(spec: SensingExperiment) -> str:
@@ -473,44 +383,97 @@ def default_study_name(spec: SensingExperiment) -> str:
     return f"{spec.kind}-{spec.identity()[:12]}"
 
 
+def plan(spec: ZooSpec, study: str | None = None) -> Sweep:
+    """The zoo's runs: one per rule (``rules = (rule,)``, no convex row) and, if
+    ``spec.convex``, one for the convex row (``rules = ()``); the study is named
+    ``zoo-<identity prefix>`` unless ``study`` is given."""
+    variants = [{"rules": [r], "convex": False} for r in spec.rules]
+    if spec.convex:
+        variants.append({"rules": [], "convex": True})
+    return Sweep(spec, variants=variants, name=study or default_study_name(spec))
+
+
+def collect(store: RunStore, study: str) -> ZooResult:
+    """The :class:`ZooResult` of a zoo study, from the store (completed runs' result artifacts).
+
+    Raises:
+        ValueError: no such study, or it is not a zoo study.
+    """
+    row = study_row(store, study)
+    if row.kind != ZooSpec.kind:
+        raise ValueError(f"collect: study {study!r} is a {row.kind!r} study, not a zoo study")
+    spec = ZooSpec.model_validate(row.spec)
+    runs = run_states(store, study)
+    results: dict[str, RuleResult] = {}
+    for run in runs:
+        if run.completed:
+            results.update(read_results(store, run.identity))
+    rows = [ZooRow.from_result(results[r], rule_class(r)) for r in spec.rules if r in results]
+    convex = ZooRow.from_result(results[CONVEX], "convex") if CONVEX in results else None
+    split = split_verdict({r.rule: r.mean_recovery for r in rows}, {r.rule: r.klass for r in rows})
+    return ZooResult(spec, study, rows, convex, split, runs)
+
+
+def tables(result: ZooResult) -> list[Table]:
+    """The zoo's tables (see :func:`gaugelab.experiments.sensing_report.zoo_tables`)."""
+    return zoo_tables(result)
+
+
+def report(result: ZooResult, out_dir: str | os.PathLike[str]) -> Path:
+    """Write the zoo's HTML report and figures into ``out_dir``; returns ``report.html``.
+
+    Raises:
+        FileExistsError: ``out_dir`` already holds a report or figures.
+    """
+    return zoo_report(result, Path(out_dir))
+
+
 def run_zoo(
     spec: ZooSpec | None = None,
     *,
-    store: Any = DEFAULT_STORE_PATH,
+    store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
     study: str | None = None,
-    workers: int = 1,
-    threads: int = 1,
-    progress: Progress | None = None,
-) -> ZooResult:
-    """Run the zoo as a study (one run per rule, plus the convex row) and collect the table.
+    executor: str = "local",
+    max_workers: int = 1,
+    threads: int | None = 1,
+    address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    report_dir: str | os.PathLike[str] | None = None,
+    write_report: bool = True,
+) -> StudyOutcome[ZooResult]:
+    """Run the zoo as a study, collect the table and write the report.
 
-    Runs already completed in the store are not run again (same spec ⇒ same identity).
+    Runs already completed in the store are not run again (same spec ⇒ same identity); a run
+    killed mid-way resumes from its latest checkpoint.
 
     Args:
         spec: the protocol (default: the reference, :class:`ZooSpec()`).
         store: the run store path.
         study: the study name (default ``zoo-<identity prefix>``).
-        workers: worker processes (1: this process, with per-step progress).
-        threads: torch threads per run process (default 1; see ``run_study``).
-        progress: ``progress(label, step, total)``.
+        executor, max_workers, threads, address: as :func:`gaugelab.study.run_sweep`
+            (default: one worker process with one torch thread: the sensing products are
+            small and memory-bound).
+        progress: ``progress(done, total)`` in runs.
+        report_dir, write_report: see :func:`gaugelab.experiments._study.run_experiment`.
 
     Returns:
-        The :class:`ZooResult`; failed runs are in ``result.failures``.
+        The :class:`StudyOutcome`; failed runs are in ``outcome.result.failures``.
 
     Raises:
-        ValueError: bad ``workers``; a study name already used by another spec.
+        ValueError: a bad executor option; a study name already used by another spec.
 
-    Source: PROTOCOLS §3.
+    Source: docs/protocols.md §3.
     """
-    spec = spec or ZooSpec()
-    study = study or default_study_name(spec)
-    outcomes = run_study(
-        study,
-        spec,
-        zoo_runs(spec),
+    return run_experiment(
+        plan(spec or ZooSpec(), study),
+        collect,
+        report,
         store=store,
-        workers=workers,
+        executor=executor,
+        max_workers=max_workers,
         threads=threads,
+        address=address,
         progress=progress,
+        report_dir=report_dir,
+        write_report=write_report,
     )
-    return collect_zoo(spec, study, outcomes)

@@ -112,6 +112,36 @@ class MemberLearningRates:
         """``[*member_shape]`` bool: members that still move (a copy)."""
         return self._active.clone()
 
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs: the inner optimizer's ``state_dict()``, the active
+        mask ``[*member_shape]`` and the parameters before the last step (for a rollback)."""
+        previous = None if self._previous is None else [p.clone() for p in self._previous]
+        return {
+            "inner": self.optimizer.state_dict(),
+            "active": self._active.clone(),
+            "previous": previous,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (the member rates themselves are not part of it).
+
+        Raises:
+            ValueError: the active mask or a previous parameter has the wrong shape.
+        """
+        active = torch.as_tensor(state["active"], dtype=torch.bool)
+        previous = state["previous"]
+        shapes = [tuple(p.shape) for p in self.params]
+        if tuple(active.shape) != self.member_shape or (
+            previous is not None and [tuple(p.shape) for p in previous] != shapes
+        ):
+            raise ValueError(
+                "MemberLearningRates.load_state_dict: the state does not match these "
+                f"parameters (member shape {self.member_shape}, parameter shapes {shapes})"
+            )
+        self.optimizer.load_state_dict(state["inner"])
+        self._active = active.clone()
+        self._previous = None if previous is None else [p.clone() for p in previous]
+
     def deactivate(self, members: torch.Tensor, *, rollback: bool = False) -> None:
         """Freeze ``members`` from now on.
 

@@ -11,6 +11,10 @@ Whatever ends the attempt is recorded as one of the termination classes:
 * ``cancelled`` — ``KeyboardInterrupt``;
 * ``infrastructure_failure`` — anything else (the environment or the code failed). Only these
   are retried by a sweep, and only when :func:`retryable`.
+
+A long run writes checkpoints with :meth:`RunContext.checkpoint` and starts with
+:meth:`RunContext.resume`: an attempt that follows a killed one continues from the killed
+attempt's latest checkpoint, and the outcome says from which step.
 """
 
 from __future__ import annotations
@@ -21,8 +25,17 @@ import os
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from gaugelab.errors import NonFiniteError
+from gaugelab.study.checkpoint import (
+    Checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.study.store import RunStore
 
@@ -45,6 +58,7 @@ class Outcome:
         termination: one of the termination classes.
         message: the exception's summary, or "" when completed.
         retryable: an infrastructure failure worth another attempt.
+        resumed_from: the checkpoint step this attempt resumed from, or ``None`` (from step 0).
     """
 
     identity: str
@@ -52,6 +66,7 @@ class Outcome:
     termination: str
     message: str = ""
     retryable: bool = False
+    resumed_from: int | None = None
 
 
 class RunContext:
@@ -65,6 +80,7 @@ class RunContext:
             (``<store dir>/artifacts/<identity[:16]>/attempt-<n>/``).
         checkpoints: the run's checkpoint folder, shared by its attempts so a retry resumes
             from the latest checkpoint (``<store dir>/artifacts/<identity[:16]>/checkpoints/``).
+        resumed_from: the step :meth:`resume` returned a checkpoint of, else ``None``.
     """
 
     def __init__(self, store: RunStore, spec: ExperimentSpec, attempt_id: int, ordinal: int):
@@ -77,6 +93,7 @@ class RunContext:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.checkpoints = run_dir / "checkpoints"
         self.checkpoints.mkdir(exist_ok=True)
+        self.resumed_from: int | None = None
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Append the metrics of one step (raises NonFiniteError on NaN/inf, writing nothing)."""
@@ -86,6 +103,53 @@ class RunContext:
         """Record a file this attempt wrote (its sha256 is stored); returns its path."""
         self._store.add_artifact(self.attempt_id, path, kind)
         return Path(path)
+
+    def _folder(self, scope: str) -> Path:
+        if scope and (scope in (".", "..") or "/" in scope or "\\" in scope):
+            raise ValueError(f"RunContext: scope={scope!r}; allowed: a name without a path")
+        return self.checkpoints / scope if scope else self.checkpoints
+
+    def resume(self, scope: str = "") -> Checkpoint | None:
+        """The run's latest checkpoint, written by an earlier attempt, or ``None``.
+
+        Call before training; a checkpoint found sets :attr:`resumed_from`.
+
+        Args:
+            scope: a sub-folder name, for a run that trains several things in turn (e.g. one
+                per rule); ``""``: the run's checkpoint folder itself.
+
+        Raises:
+            StoreError: the latest checkpoint is corrupt (its sha256 differs).
+        """
+        path = latest_checkpoint(self._folder(scope))
+        if path is None:
+            return None
+        checkpoint = load_checkpoint(path)
+        self.resumed_from = checkpoint.step
+        return checkpoint
+
+    def checkpoint(
+        self,
+        step: int,
+        *,
+        scope: str = "",
+        model_state: dict[str, Any],
+        optimizer_state: dict[str, Any],
+        rng_states: dict[str, Any] | None = None,
+        data_position: int = 0,
+        extra: dict[str, Any] | None = None,
+    ) -> Path:
+        """Write the checkpoint of ``step`` into :attr:`checkpoints` (or its ``scope`` folder;
+        see :func:`gaugelab.study.checkpoint.save_checkpoint` for the arguments and errors)."""
+        return save_checkpoint(
+            self._folder(scope),
+            step=step,
+            model_state=model_state,
+            optimizer_state=optimizer_state,
+            rng_states=rng_states or {},
+            data_position=data_position,
+            extra=extra,
+        )
 
 
 def spec_reference(spec: ExperimentSpec) -> tuple[str, str, str]:
@@ -106,11 +170,26 @@ def rebuild_spec(module: str, qualname: str, payload: str) -> ExperimentSpec:
         raise AdmissionError(f"cannot import spec class {module}:{qualname}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, ExperimentSpec)):
         raise AdmissionError(f"{module}:{qualname} is not an ExperimentSpec")
-    return cls.model_validate_json(payload)
+    try:
+        return cls.model_validate_json(payload)
+    except ValidationError as exc:
+        raise AdmissionError(f"{module}:{qualname} rejects the spec: {exc}") from None
+
+
+_NOT_TRANSIENT = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
 
 
 def retryable(exc: BaseException) -> bool:
-    """Environment failures worth retrying: OS, memory and worker-process errors."""
+    """Environment failures worth retrying: memory, connection and worker-process errors, and
+    OS errors other than a missing, existing or forbidden path (which a retry cannot mend)."""
+    if isinstance(exc, _NOT_TRANSIENT):
+        return False
     return isinstance(exc, OSError | MemoryError | EOFError | ConnectionError)
 
 
@@ -149,6 +228,7 @@ def execute_run(
     store = _worker_store(store_path)  # stays open for this worker's next run
     attempt_id = store.start_attempt(identity)
     ordinal = store.attempts(identity)[-1].ordinal
+    context = None
     try:
         spec = rebuild_spec(module, qualname, payload)
         if spec.identity() != identity:
@@ -175,4 +255,5 @@ def execute_run(
     else:
         termination, message, retry = "completed", "", False
     store.end_attempt(attempt_id, termination, message)
-    return Outcome(identity, ordinal, termination, message, retry)
+    resumed = context.resumed_from if context is not None else None
+    return Outcome(identity, ordinal, termination, message, retry, resumed)

@@ -1,9 +1,11 @@
 """Sweeps: a grid of specs with seeds as an axis, run locally or on a Ray cluster.
 
-``Sweep(spec, grid={...}, seeds=[...])`` expands to run specs; :func:`run_sweep` registers every
-run in the store, skips runs whose identity already completed, executes the rest on a process
-pool (``local``) or Ray (``ray``), keeps going past failures, retries only infrastructure
-failures, and reports every failure with its termination class at the end.
+``Sweep(spec, grid={...}, variants=[...], seeds=[...])`` expands to run specs; :func:`run_sweep`
+— the project's only executor — registers every run in the store, skips runs whose identity
+already completed, executes the rest on a process pool (``local``) or Ray (``ray``), keeps going
+past failures, retries only infrastructure failures, and reports every failure with its
+termination class at the end. A run killed mid-way resumes from its latest checkpoint when the
+same sweep is run again (see :meth:`gaugelab.study.runner.RunContext.resume`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class Sweep:
         spec: the base spec.
         grid: field path (dots reach into nested models, e.g. ``"twin.optimizer"``) → values;
             the runs are the Cartesian product.
+        variants: an explicit list of runs as mappings of field path → value applied together
+            (e.g. one per rule: ``{"rules": ("adam",), "convex": False}``); crossed with the
+            grid and the seeds.
         seeds: the seed axis: ints (set on ``seed_field``) or mappings of field path → value
             (e.g. ``{"twin.init_seed": 1, "twin.gauge_seed": 778}``) applied together.
         seed_field: the field the int seeds set.
@@ -57,6 +62,7 @@ class Sweep:
 
     spec: ExperimentSpec
     grid: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    variants: Sequence[Mapping[str, Any]] = ()
     seeds: Sequence[int | Mapping[str, Any]] = ()
     seed_field: str | None = None
     name: str | None = None
@@ -67,7 +73,7 @@ class Sweep:
         return self.name or type(self.spec).kind
 
     def specs(self) -> list[ExperimentSpec]:
-        """The run specs: grid × seeds, in row-major order, each validated."""
+        """The run specs: grid × variants × seeds, in row-major order, each validated."""
         keys = list(self.grid)
         seed_updates: list[dict[str, Any]] = []
         for seed in self.seeds or [None]:
@@ -80,12 +86,15 @@ class Sweep:
             else:
                 seed_updates.append({self.seed_field: seed})
         out = []
+        variants = [dict(v) for v in self.variants] or [{}]
         for values in itertools.product(*(self.grid[k] for k in keys)):
-            for seeds in seed_updates:
-                data = self.spec.spec_dict()
-                for path, value in [*zip(keys, values, strict=True), *seeds.items()]:
-                    _set_path(data, path, value)
-                out.append(type(self.spec).model_validate(data))
+            for variant in variants:
+                for seeds in seed_updates:
+                    data = self.spec.spec_dict()
+                    updates = [*zip(keys, values, strict=True), *variant.items(), *seeds.items()]
+                    for path, value in updates:
+                        _set_path(data, path, value)
+                    out.append(type(self.spec).model_validate(data))
         return out
 
 
@@ -105,6 +114,20 @@ class SweepResult:
     skipped: list[str] = field(default_factory=list)
     failed: list[Outcome] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def resumed(self) -> dict[str, int]:
+        """Identity → the checkpoint step its attempt resumed from (runs that resumed)."""
+        return {o.identity: o.resumed_from for o in self.outcomes if o.resumed_from is not None}
+
+
+def _execute(threads: int | None, *args: Any) -> Outcome:
+    """:func:`execute_run` with ``threads`` torch threads in this worker (None: as is)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    return execute_run(*args)
 
 
 def _ray_executor(max_workers: int | None, address: str | None):
@@ -126,7 +149,7 @@ def _ray_executor(max_workers: int | None, address: str | None):
                 log_to_driver=False,
                 runtime_env={"env_vars": {"PYTHONPATH": path}},
             )
-    remote = ray.remote(num_cpus=1, max_retries=0)(execute_run)
+    remote = ray.remote(num_cpus=1, max_retries=0)(_execute)
     return ray, remote
 
 
@@ -138,6 +161,7 @@ def run_sweep(
     store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
     retries: int = 1,
     address: str | None = None,
+    threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> SweepResult:
     """Run every spec of a sweep that has not completed yet.
@@ -150,6 +174,8 @@ def run_sweep(
         store: the run store path (created if missing).
         retries: extra attempts for a retryable infrastructure failure (never chosen by score).
         address: a Ray cluster address (``executor="ray"``).
+        threads: torch threads in each worker (``None``: torch's default, or
+            ``OMP_NUM_THREADS``). Small models run fastest with 1 on a shared machine.
         progress: called as ``progress(done, total)`` once before the first attempt (with
             ``done = 0``; ``total`` counts the runs still to do) and after every finished one.
 
@@ -157,14 +183,19 @@ def run_sweep(
         A :class:`SweepResult`.
 
     Raises:
-        ValueError: unknown executor, negative retries, a spec without ``execute``, or Ray
-            missing.
+        ValueError: unknown executor, negative retries, ``max_workers`` or ``threads`` < 1, a
+            spec without ``execute``, or Ray missing.
         StoreError: ``store`` is not a gaugelab run store.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"run_sweep: executor={executor!r}; allowed: {', '.join(EXECUTORS)}")
     if retries < 0:
         raise ValueError(f"run_sweep: retries={retries}; allowed: an integer >= 0")
+    for arg, value in (("max_workers", max_workers), ("threads", threads)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"run_sweep: {arg}={value!r}; allowed: an integer >= 1 or None")
     if not callable(getattr(sweep.spec, "execute", None)):
         raise ValueError(f"run_sweep: {type(sweep.spec).__name__} defines no execute(run)")
     result = SweepResult()
@@ -186,7 +217,7 @@ def run_sweep(
     attempts_left = {identity: retries for identity in pending}
     queue = list(pending)
     while queue:
-        outcomes = _dispatch(executor, queue, pending, store_path, max_workers, address)
+        outcomes = _dispatch(executor, queue, pending, store_path, max_workers, address, threads)
         queue = []
         for outcome in outcomes:
             result.outcomes.append(outcome)
@@ -204,10 +235,12 @@ def run_sweep(
     return result
 
 
-def _dispatch(executor, identities, pending, store_path, max_workers, address) -> list[Outcome]:
+def _dispatch(
+    executor, identities, pending, store_path, max_workers, address, threads
+) -> list[Outcome]:
     if executor == "ray":
         ray, remote = _ray_executor(max_workers, address)
-        refs = {identity: remote.remote(store_path, identity, *pending[identity])
+        refs = {identity: remote.remote(threads, store_path, identity, *pending[identity])
                 for identity in identities}  # fmt: skip
         outcomes = []
         for identity, ref in refs.items():
@@ -218,7 +251,9 @@ def _dispatch(executor, identities, pending, store_path, max_workers, address) -
         return outcomes
     outcomes = []
     with ProcessPoolExecutor(max_workers=max_workers, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(execute_run, store_path, i, *pending[i]): i for i in identities}
+        futures = {
+            pool.submit(_execute, threads, store_path, i, *pending[i]): i for i in identities
+        }
         for future in as_completed(futures):
             identity = futures[future]
             try:

@@ -1,0 +1,170 @@
+"""The batched matrix-sensing task the sensing experiments share: the protocol's fields and
+every seed's instance stacked for one ensemble.
+
+One rule trains one ensemble whose members are (seed × learning rate): factors
+``U, V [S, L, n, k]`` (``member_dims = 2``), each seed with its own measurements.
+Source: docs/protocols.md §3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from pydantic import Field, field_validator, model_validator
+
+from gaugelab.study.spec import ExperimentSpec
+from gaugelab.tasks import MatrixSensing
+
+SCHEDULES = ("reference", "constant", "cosine")
+EQUIVARIANT_CLASS, COORDINATEWISE_CLASS = "equivariant", "coordinatewise"
+"""The two classes of rules the zoo's split compares (by the zoo's orthogonal claim)."""
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class SensingExperiment(ExperimentSpec):
+    """Fields every matrix-sensing experiment shares; defaults are PROTOCOLS §3.
+
+    Subclasses set ``kind``, their step budget and their rules.
+    """
+
+    n: int = Field(40, ge=1, description="Matrix size n (X* is n × n). PROTOCOLS §3: 40.")
+    rank: int = Field(3, ge=1, description="Planted rank r*. PROTOCOLS §3: 3.")
+    k: int | None = Field(None, ge=1, description="Factor width k; None means k = n (§3).")
+    m: int | None = Field(
+        None, ge=1, description="Measurements; None means 2·r*(2n − r*) (462 for n=40, r*=3)."
+    )
+    init_scale: float = Field(
+        1e-3, gt=0, description="Factor init scale: U, V = scale·randn(n, k), seed + 7 (§3)."
+    )
+    seeds: tuple[int, ...] = Field(
+        (42, 123, 456), min_length=1, description="Instance seeds (factors use seed + 7)."
+    )
+    steps: int = Field(20_000, ge=1, description="Step budget per member (§3: 20,000).")
+    interpolation_loss: float = Field(
+        1e-7, gt=0, description="A member interpolates when its pre-update train loss is below."
+    )
+    check_every: int = Field(
+        200, ge=1, description="Interpolation check (and curve record) interval in steps."
+    )
+    divergence_loss: float = Field(
+        1e8, gt=0, description="A member diverges when its loss is non-finite or above this."
+    )
+    schedule: Literal["reference", "constant", "cosine"] = Field(
+        "reference",
+        description="reference: cosine decay for the decayed set only (§3); constant: no "
+        "decay; cosine: η_t = η·½(1 + cos(π t/T)) for every rule.",
+    )
+    tail: float = Field(
+        0.0, ge=0, lt=1, description="Spectral-tail weight τ of the target (0: exactly low rank)."
+    )
+    dtype: Literal["float32", "float64"] = Field(
+        "float32", description="Compute dtype (float32 as the reference runs)."
+    )
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds={seeds}; allowed: distinct integers")
+        return seeds
+
+    @model_validator(mode="after")
+    def _check_sizes(self) -> SensingExperiment:
+        if self.rank > self.n:
+            raise ValueError(f"rank={self.rank}; allowed: 1 <= rank <= n={self.n}")
+        if self.tail > 0 and self.rank == self.n:
+            raise ValueError(f"tail={self.tail} needs rank < n; got rank={self.rank}")
+        return self
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The compute dtype as a ``torch.dtype``."""
+        return _DTYPES[self.dtype]
+
+    def decays(self, rule: str, decayed: Sequence[str] = ()) -> bool:
+        """Whether ``rule`` runs on the cosine schedule under :attr:`schedule`."""
+        return self.schedule == "cosine" or (self.schedule == "reference" and rule in decayed)
+
+
+@dataclass(frozen=True, eq=False)
+class SensingBatch:
+    """The sensing instances of every seed, stacked.
+
+    Attributes:
+        seeds: ``[S]`` instance seeds.
+        A: ``[S, m, n²]``; y: ``[S, m]``; target: ``[S, n, n]``; U0, V0: ``[S, n, k]``.
+        AT: ``[S, n², m]``, ``A`` transposed and contiguous (the forward product with a few
+            rows per seed runs about twice as fast against it on CPU).
+    """
+
+    seeds: tuple[int, ...]
+    A: torch.Tensor
+    y: torch.Tensor
+    target: torch.Tensor
+    U0: torch.Tensor
+    V0: torch.Tensor
+    AT: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.AT is None:
+            object.__setattr__(self, "AT", self.A.mT.contiguous())
+
+    @classmethod
+    def build(cls, spec: SensingExperiment) -> SensingBatch:
+        """Draw every seed's instance and initial factors (PROTOCOLS §3 draw order)."""
+        tasks = [
+            MatrixSensing(
+                n=spec.n,
+                rank=spec.rank,
+                k=spec.k,
+                m=spec.m,
+                init_scale=spec.init_scale,
+                seed=s,
+                tail=spec.tail,
+                dtype=spec.torch_dtype,
+            )
+            for s in spec.seeds
+        ]
+        factors = [t.init_factors() for t in tasks]
+        return cls(
+            seeds=tuple(spec.seeds),
+            A=torch.stack([t.A for t in tasks]),
+            y=torch.stack([t.y for t in tasks]),
+            target=torch.stack([t.target for t in tasks]),
+            U0=torch.stack([u for u, _ in factors]),
+            V0=torch.stack([v for _, v in factors]),
+        )
+
+    def loss(self, W: torch.Tensor) -> torch.Tensor:
+        """Mean squared residual per member: ``W`` ``[S, L, n, n]`` → ``[S, L]``."""
+        residual = W.flatten(-2) @ self.AT - self.y[:, None]  # [S, L, m]
+        return (residual * residual).mean(dim=-1)
+
+    def loss_and_grad(
+        self, U: torch.Tensor, V: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The loss and its gradients with respect to both factors, in closed form.
+
+        With ``r = A vec(U Vᵀ) − y`` and ``L = mean(r²)``: ``∇_W L = (2/m) mat(Aᵀ r)``,
+        ``∇_U L = ∇_W L · V``, ``∇_V L = (∇_W L)ᵀ U`` — what autograd computes, without its
+        per-step overhead, and with both products against ``A`` in their fast layout.
+
+        Args:
+            U: ``[S, L, n, k]``; V: ``[S, L, n, k]``.
+
+        Returns:
+            ``(loss [S, L], grad_U [S, L, n, k], grad_V [S, L, n, k])``.
+        """
+        W = U @ V.mT  # [S, L, n, n]
+        residual = W.flatten(-2) @ self.AT - self.y[:, None]  # [S, L, m]
+        loss = (residual * residual).mean(dim=-1)
+        grad_W = (residual @ self.A).view_as(W) * (2.0 / residual.shape[-1])  # [S, L, n, n]
+        return loss, grad_W @ V, grad_W.mT @ U
+
+    def recovery_error(self, W: torch.Tensor) -> torch.Tensor:
+        """``‖W − target‖_F / ‖target‖_F`` per member: ``[S, L, n, n]`` → ``[S, L]``."""
+        target = self.target[:, None]
+        return torch.linalg.matrix_norm(W - target) / torch.linalg.matrix_norm(target)
