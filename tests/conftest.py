@@ -14,3 +14,95 @@ def shakespeare(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("data") / "tinyshakespeare.txt"
     path.write_bytes(tiny_shakespeare_bytes())
     return path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module's tests (``pytestmark = pytest.mark.usefixtures(...)``).
+
+    Tiny problems: one torch thread is faster, and immune to a busy machine (a second OpenMP
+    thread waiting for a taken core stalls every product). Module-scoped, so the module's own
+    module-scoped fixtures (a shared study run once) compute on one thread too; the previous
+    thread count is restored after the module.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _strict_dtypes_mode():
+    """A ``TorchFunctionMode`` that refuses silent float32↔float64 promotion (see below)."""
+    import torch
+    from torch.overrides import TorchFunctionMode, resolve_name
+
+    casts = {
+        torch.Tensor.to,
+        torch.Tensor.type,
+        torch.Tensor.type_as,
+        torch.Tensor.double,
+        torch.Tensor.float,
+        torch.Tensor.half,
+        torch.Tensor.bfloat16,
+        torch._has_compatible_shallow_copy_type,  # these two inside nn.Module.to(dtype)
+        torch.Tensor.data.__set__,
+    }
+
+    def floating(values, out):
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                if v.is_floating_point():
+                    out.append(v)
+            elif isinstance(v, list | tuple):
+                floating(v, out)
+        return out
+
+    def mixed(tensors):
+        # torch's rule: 0-dim tensors take part only when no dimensioned tensor does
+        participants = [t for t in tensors if t.dim() > 0] or tensors
+        return sorted({str(t.dtype) for t in participants}) if participants else []
+
+    class StrictDtypes(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func not in casts:
+                values = (*args, *kwargs.values())
+                name = getattr(func, "__name__", "")
+                if name.startswith("_foreach_"):  # lists pair up position by position
+                    lists = [v for v in values if isinstance(v, list | tuple)]
+                    single = [v for v in values if not isinstance(v, list | tuple)]
+                    width = max((len(x) for x in lists), default=0)
+                    groups = [[x[i] for x in lists if i < len(x)] + single for i in range(width)]
+                else:
+                    groups = [values]
+                for group in groups:
+                    dtypes = mixed(floating(group, []))
+                    # RuntimeError, not TypeError: Tensor.__add__ turns a TypeError into
+                    # NotImplemented and Python then reports a bare "unsupported operand"
+                    if len(dtypes) > 1:
+                        raise RuntimeError(
+                            f"strict_dtypes: {resolve_name(func) or func!r} got floating tensors "
+                            f"of dtypes {', '.join(dtypes)}; silent promotion is refused in this "
+                            "test: cast explicitly (.to(dtype), .double(), .float())"
+                        )
+            return func(*args, **kwargs)
+
+    return StrictDtypes()
+
+
+@pytest.fixture
+def strict_dtypes():
+    """Fail on silent float32↔float64 promotion inside the test (Equinox's strict mode).
+
+    While the test runs, any torch function or tensor method that receives floating tensors of
+    different dtypes raises ``RuntimeError`` — binary ops, ``torch.cat``, ``copy_``, indexed
+    assignment, ``_foreach_*`` lists (paired by position). Allowed: Python scalars, 0-dim
+    tensors beside dimensioned ones (they do not promote, as in torch's rules), integer and
+    bool tensors, and explicit casts (``.to``, ``.type``, ``.type_as``, ``.double``, ``.float``,
+    ``.half``, ``.bfloat16``, ``nn.Module.to``). Use it with
+    ``pytestmark = pytest.mark.usefixtures("strict_dtypes")`` in float64 identity modules.
+    """
+    with _strict_dtypes_mode():
+        yield

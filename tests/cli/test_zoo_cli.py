@@ -2,7 +2,6 @@
 bad options are one-line errors."""
 
 import pytest
-import torch
 import typer
 from typer.testing import CliRunner
 
@@ -10,14 +9,7 @@ from gaugelab.cli.zoo import register
 
 runner = CliRunner()
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny problems: one torch thread is faster and immune to a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def app() -> typer.Typer:

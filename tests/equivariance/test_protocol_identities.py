@@ -9,6 +9,7 @@ from gaugelab.linalg import haar_orthogonal
 from gaugelab.optim import make_optimizer
 from gaugelab.tasks import factor_init, make_sensing
 
+pytestmark = pytest.mark.usefixtures("strict_dtypes")  # float64 identities: no silent promotion
 F64 = torch.float64
 N, K, RANK, M, SCALE = 6, 3, 2, 20, 0.3  # PROTOCOLS §2
 LR = 3e-2

@@ -7,7 +7,6 @@ gd at 2e-2: 0.017.
 """
 
 import pytest
-import torch
 from pydantic import ValidationError
 
 from gaugelab.experiments.dial import (
@@ -21,15 +20,7 @@ from gaugelab.experiments.dial import (
     tables,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny problems: one torch thread is faster, and immune to a busy machine (a second
-    OpenMP thread waiting for a taken core stalls every product)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_defaults_are_the_reference_dial():

@@ -12,15 +12,7 @@ from gaugelab.experiments._training import BUDGET, DIVERGED, INTERPOLATED, RuleR
 from gaugelab.experiments.zoo import ZooSpec
 from gaugelab.tasks import MatrixSensing
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny problems: one torch thread is faster, and immune to a busy machine (a second
-    OpenMP thread waiting for a taken core stalls every product)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def result(recovery, status, lrs=None):

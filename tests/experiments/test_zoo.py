@@ -8,7 +8,6 @@ adam ≈ 2.6 (n = 8 smoke run) — gradient descent nearly conserves it, Adam do
 """
 
 import pytest
-import torch
 from pydantic import ValidationError
 
 from gaugelab.experiments.zoo import (
@@ -24,15 +23,7 @@ from gaugelab.experiments.zoo import (
 )
 from gaugelab.study import RunStore
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny problems: one torch thread is faster, and immune to a busy machine (a second
-    OpenMP thread waiting for a taken core stalls every product)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 EQ, CO = "equivariant", "coordinatewise"

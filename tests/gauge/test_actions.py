@@ -5,6 +5,7 @@ import torch
 
 from gaugelab.gauge import GeneralLinear, Orthogonal, act, inverse_transpose, represented
 
+pytestmark = pytest.mark.usefixtures("strict_dtypes")  # float64 identities: no silent promotion
 EXACT = 1e-11
 F64 = torch.float64
 

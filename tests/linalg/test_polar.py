@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gaugelab.linalg import MUON_COEFFICIENTS, haar_orthogonal, msign
 
+pytestmark = pytest.mark.usefixtures("strict_dtypes")  # float64 identities: no silent promotion
 EXACT = 1e-11
 F64 = torch.float64
 SHAPES = [(8, 4), (5, 5), (3, 6)]
