@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gaugelab.cli.bench import matmul_rate
 from gaugelab.determinism import deterministic
-from gaugelab.equivariance.twins import TwinSpec, build_members
+from gaugelab.experiments.twins import TwinSpec, build_members
 from gaugelab.models import Ensemble
 from gaugelab.optim import make_optimizer
 from gaugelab.tasks import ModularArithmetic

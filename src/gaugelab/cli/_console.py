@@ -55,9 +55,15 @@ def run_bar(console: Console, description: str) -> Iterator[Callable[[int, int],
 
 
 def print_outcome(
-    console: Console, outcome: StudyOutcome, tables: Sequence[Table], *, label_columns: int = 0
+    console: Console,
+    outcome: StudyOutcome,
+    tables: Sequence[Table],
+    *,
+    notes: Sequence[Text] = (),
+    label_columns: int = 0,
 ) -> None:
-    """Print a study's tables, reused / resumed runs, failures and report path."""
+    """Print a study's reused / resumed runs, tables, notes (e.g. verdicts), failures and
+    report path."""
     if outcome.sweep.skipped:
         console.print(
             f"{len(outcome.sweep.skipped)} run(s) were already completed in the store: reused"
@@ -66,6 +72,8 @@ def print_outcome(
         console.print(Text(line))
     for table in tables:
         console.print(rich_table(table, label_columns=label_columns))
+    for note in notes:
+        console.print(note)
     for run in outcome.result.failures:
         console.print(failure_line(run.identity, run.termination, run.message))
     if outcome.report is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from gaugelab.study.paired import PairedComparison
 from gaugelab.study.report import RunSummary, new_report_dir
 from gaugelab.study.store import RunStore, StudyRow
 from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
@@ -147,3 +148,20 @@ def run_states(store: RunStore, study: str) -> list[RunState]:
         termination = "not run" if last is None else (last.termination or "open")
         states.append(RunState(run.identity, run.spec, termination, last.message if last else ""))
     return states
+
+
+def paired_columns() -> list[str]:
+    """The column headers of :func:`paired_cells`."""
+    return ["pairs", "mean difference", "95% interval", "range"]
+
+
+def paired_cells(comparison: PairedComparison) -> list[Any]:
+    """A paired comparison as table cells: n, mean, the bootstrap interval (or why there is
+    none: a single pair gives a range only), and the range of the per-seed differences."""
+    lo, hi = comparison.range
+    interval = (
+        f"[{comparison.interval[0]:.3g}, {comparison.interval[1]:.3g}]"
+        if comparison.interval is not None
+        else "— (one pair: range only)"
+    )
+    return [len(comparison.seeds), comparison.mean, interval, f"[{lo:.3g}, {hi:.3g}]"]

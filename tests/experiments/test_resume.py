@@ -1,0 +1,89 @@
+"""Kill-and-resume: a run killed with SIGKILL after a checkpoint and started again with the same
+command resumes from that checkpoint and ends with exactly the metrics of an uninterrupted run
+(twins and one zoo rule, at reduced size)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from gaugelab.study.store import RunStore
+
+TWINS = """
+from gaugelab.experiments.twins import TwinSpec, run_twins_study
+base = TwinSpec(steps=60, checkpoints=tuple(range(0, 61, 5)))
+out = run_twins_study(["adam"], base=base, store={store!r}, write_report=False)
+print("RESUMED", *out.sweep.resumed.values())
+print("FAILED", len(out.result.failures))
+"""
+
+ZOO = """
+from gaugelab.experiments.zoo import ZooSpec, run_zoo
+spec = ZooSpec(rules=("adam",), seeds=(42,), steps=16000, check_every=100, convex=False,
+               interpolation_loss=1e-30)
+out = run_zoo(spec, store={store!r}, write_report=False)
+print("RESUMED", *out.sweep.resumed.values())
+print("FAILED", len(out.result.failures))
+"""
+
+
+def _command(script: str, store: Path) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(script.format(store=str(store)))]
+
+
+def _kill_after_first_checkpoint(script: str, store: Path, timeout: float = 300) -> int:
+    """Start the script in its own process group, SIGKILL the group as soon as a checkpoint
+    exists; returns the checkpoint step that was on disk."""
+    proc = subprocess.Popen(
+        _command(script, store),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            found = sorted(store.parent.glob("artifacts/*/checkpoints/**/step-*.json"))
+            if found:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return int(found[0].stem.removeprefix("step-"))
+            if proc.poll() is not None:
+                pytest.fail("the run ended before its first checkpoint: make it longer")
+            time.sleep(0.005)
+        pytest.fail("no checkpoint within the timeout")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _trajectory(store: Path) -> dict:
+    with RunStore(store, create=False) as db:
+        (run,) = db.runs()
+        assert db.completed(run.identity)
+        return {(m.name, m.step): m.value for m in db.metrics(run.identity)}
+
+
+@pytest.mark.parametrize("script", [TWINS, ZOO], ids=["twins", "zoo-rule"])
+def test_a_killed_run_resumes_bit_identically(script, tmp_path):
+    killed, clean = tmp_path / "killed" / "store.sqlite", tmp_path / "clean" / "store.sqlite"
+    killed.parent.mkdir()
+    clean.parent.mkdir()
+    step = _kill_after_first_checkpoint(script, killed)
+    with RunStore(killed, create=False) as db:
+        (run,) = db.runs()
+        assert not db.completed(run.identity)  # killed mid-run: its attempt is still open
+    again = subprocess.run(_command(script, killed), capture_output=True, text=True, check=True)
+    (resumed_from,) = [int(x) for x in again.stdout.split("RESUMED")[1].split()[:1]]
+    assert resumed_from >= step  # the latest checkpoint at the time of the kill
+    assert "FAILED 0" in again.stdout
+    subprocess.run(_command(script, clean), capture_output=True, text=True, check=True)
+    resumed, uninterrupted = _trajectory(killed), _trajectory(clean)
+    assert resumed.keys() == uninterrupted.keys()
+    assert resumed == uninterrupted  # bit for bit, every metric at every step
