@@ -82,10 +82,17 @@ def test_reduced_dial_recovery_falls_along_the_dial(reduced):
 
 
 def test_dial_tables_and_report(reduced, tmp_path):
-    store, result = reduced
-    per_p, fixed = tables(result)
+    _, result = reduced
+    per_p, fixed, paired = tables(result)
     assert [row[0] for row in per_p.rows] == ["1", "0.5", "0", "gd"]
     assert fixed.columns == ["p", "0.01", "0.03"]
+    rows = {row[0]: row for row in paired.rows}
+    assert list(rows)[:2] == ["p=1 − p=0.5", "p=0.5 − p=0"]  # adjacent p, then each p − gd
+    one = result.points[0].recovery
+    half = result.points[1].recovery
+    n, mean, interval, _ = rows["p=1 − p=0.5"][1:]
+    assert n == 2 and mean == pytest.approx(sum(a - b for a, b in zip(one, half)) / 2, abs=1e-15)
+    assert interval.startswith("[")  # two seeds: a (coarse) bootstrap interval
     path = report(result, tmp_path / "dial")
     assert "Adam-p dial" in path.read_text(encoding="utf-8")
     assert (tmp_path / "dial" / "dial_recovery.png").is_file()

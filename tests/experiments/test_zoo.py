@@ -14,12 +14,12 @@ from gaugelab.experiments.zoo import (
     CONVEX,
     LearningRateGrids,
     ZooSpec,
-    rule_class,
     plan,
     report,
+    rule_class,
     run_zoo,
-    tables,
     split_verdict,
+    tables,
 )
 from gaugelab.study import RunStore
 
@@ -159,10 +159,16 @@ def test_the_study_is_in_the_store_and_a_rerun_executes_nothing(reduced):
 
 
 def test_tables_and_report(reduced, tmp_path):
-    _, store, result, _ = reduced
+    _, _, result, _ = reduced
     tables_ = tables(result)
     assert [row[0] for row in tables_[0].rows][:6] == [r.rule for r in result.rows]
     assert tables_[1].rows[0][5] == "yes"  # the split table: clean split
+    paired = {row[0]: row for row in tables_[-1].rows}  # each rule − gd, paired by seed
+    gd, adam = ({r.rule: r for r in result.rows}[k] for k in ("gd", "adam"))
+    n, mean, _, spread = paired["adam − gd"][1:]
+    diffs = [a - g for a, g in zip(adam.recovery, gd.recovery)]
+    assert n == 2 and mean == pytest.approx(sum(diffs) / 2, abs=1e-15) and mean > 0
+    assert spread == f"[{min(diffs):.3g}, {max(diffs):.3g}]"
     path = report(result, tmp_path / "report")
     html = path.read_text(encoding="utf-8")
     assert "scalar-adam" in html and "clean split" in html

@@ -15,7 +15,9 @@ import torch
 
 from gaugelab.experiments._convex import CONVEX
 from gaugelab.experiments._sensing import COORDINATEWISE_CLASS, EQUIVARIANT_CLASS, SensingBatch
+from gaugelab.experiments._study import paired_cells, paired_columns
 from gaugelab.experiments._training import DIVERGED, INTERPOLATED
+from gaugelab.study.paired import paired_differences
 from gaugelab.study.report import (
     Failure,
     StudyReport,
@@ -71,8 +73,32 @@ def _row(row: ZooRow, claim: str) -> list:
     ]
 
 
+def paired_table(
+    title: str, arms: list[tuple[str, list[int], list[float], list[float]]]
+) -> Table | None:
+    """Seed-paired differences ``a − b`` of recovery error, one row per ``(label, seeds, a, b)``
+    (arms with a non-finite or missing value are left out); ``None`` when no row remains."""
+    rows = []
+    for label, seeds, a, b in arms:
+        if not a or not b or not all(math.isfinite(x) for x in [*a, *b]):
+            continue
+        comparison = paired_differences(dict(zip(seeds, a, strict=True)),
+                                        dict(zip(seeds, b, strict=True)))  # fmt: skip
+        rows.append([label, *paired_cells(comparison)])
+    if not rows:
+        return None
+    return Table(
+        title,
+        ["comparison", *paired_columns()],
+        rows,
+        caption="each seed's recovery error difference at the arms' chosen rates; the "
+        "interval is a paired bootstrap over seeds (none for a single seed: range only)",
+    )
+
+
 def zoo_tables(result: ZooResult) -> list[Table]:
-    """The zoo table, the split verdict and the per-rate grid (the evidence of the selection)."""
+    """The zoo table, the split verdict, the per-rate grid (the evidence of the selection) and
+    each rule's seed-paired difference from gd."""
     columns = [
         "rule",
         "O(k) claim",
@@ -147,6 +173,12 @@ def zoo_tables(result: ZooResult) -> list[Table]:
             grid_rows,
         )
     )
+    gd = next((r for r in result.rows if r.rule == "gd"), None)
+    if gd is not None:
+        arms = [(f"{r.rule} − gd", r.seeds, r.recovery, gd.recovery)
+                for r in result.rows if r is not gd]  # fmt: skip
+        paired = paired_table("recovery error against gd, paired by seed", arms)
+        tables.extend([paired] if paired is not None else [])
     return tables
 
 
@@ -273,7 +305,8 @@ def zoo_report(result: ZooResult, directory: Path) -> Path:
 
 
 def dial_tables(result: DialResult) -> list[Table]:
-    """The per-p arm table and the fixed-rate arm table (mean recovery error, p × rate)."""
+    """The per-p arm table, the fixed-rate arm table (mean recovery error, p × rate) and the
+    seed-paired differences between adjacent p and between each p and gd."""
     spec = result.spec
     rows = []
     for pt in result.points + ([result.gd] if result.gd is not None else []):
@@ -305,7 +338,14 @@ def dial_tables(result: DialResult) -> list[Table]:
         fixed_rows,
         caption="* some seed did not interpolate at that rate",
     )
-    return [per_p, fixed]
+    seeds = list(spec.seeds)
+    arms = [(f"p={a.p:g} − p={b.p:g}", seeds, a.recovery, b.recovery)
+            for a, b in zip(result.points, result.points[1:], strict=False)]  # fmt: skip
+    if result.gd is not None:
+        arms += [(f"p={pt.p:g} − gd", seeds, pt.recovery, result.gd.recovery)
+                 for pt in result.points]  # fmt: skip
+    paired = paired_table("recovery error between adjacent p and against gd, paired by seed", arms)
+    return [per_p, fixed, *([paired] if paired is not None else [])]
 
 
 def dial_figures(result: DialResult, directory: Path) -> list:
