@@ -91,7 +91,9 @@ def test_dial_tables_and_report(reduced, tmp_path):
     one = result.points[0].recovery
     half = result.points[1].recovery
     n, mean, interval, _ = rows["p=1 − p=0.5"][1:]
-    assert n == 2 and mean == pytest.approx(sum(a - b for a, b in zip(one, half)) / 2, abs=1e-15)
+    assert n == 2 and mean == pytest.approx(
+        sum(a - b for a, b in zip(one, half, strict=True)) / 2, abs=1e-15
+    )
     assert interval.startswith("[")  # two seeds: a (coarse) bootstrap interval
     path = report(result, tmp_path / "dial")
     assert "Adam-p dial" in path.read_text(encoding="utf-8")

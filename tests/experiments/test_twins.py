@@ -11,8 +11,8 @@ import torch
 from gaugelab.equivariance.distance import relative_distance
 from gaugelab.equivariance.verdicts import BASIS_SENSITIVE, EQUIVARIANT
 from gaugelab.experiments.twins import TwinSpec, build_members, run_twins
-from gaugelab.tasks import TINY_SHAKESPEARE_SHA256
 from gaugelab.models.symmetry import head_gauge
+from gaugelab.tasks import TINY_SHAKESPEARE_SHA256
 
 SHORT = dict(steps=3, checkpoints=(0, 1, 2, 3))
 

@@ -166,7 +166,7 @@ def test_tables_and_report(reduced, tmp_path):
     paired = {row[0]: row for row in tables_[-1].rows}  # each rule − gd, paired by seed
     gd, adam = ({r.rule: r for r in result.rows}[k] for k in ("gd", "adam"))
     n, mean, _, spread = paired["adam − gd"][1:]
-    diffs = [a - g for a, g in zip(adam.recovery, gd.recovery)]
+    diffs = [a - g for a, g in zip(adam.recovery, gd.recovery, strict=True)]
     assert n == 2 and mean == pytest.approx(sum(diffs) / 2, abs=1e-15) and mean > 0
     assert spread == f"[{min(diffs):.3g}, {max(diffs):.3g}]"
     path = report(result, tmp_path / "report")
