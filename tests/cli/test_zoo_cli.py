@@ -115,3 +115,43 @@ def test_bad_options_are_one_line_errors(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+
+
+def _values(store):
+    from gaugelab.study.store import RunStore
+
+    with RunStore(store, create=False) as db:
+        return {
+            (run.identity, m.name, m.step): m.value
+            for run in db.runs()
+            for m in db.metrics(run.identity)
+        }
+
+
+def test_zoo_and_dial_on_a_local_ray_store_what_local_workers_store(tmp_path):
+    try:
+        import ray
+    except ImportError:
+        pytest.fail("Ray is not installed; `make test` installs gaugelab[ray]")
+    zoo = ("zoo", *SMALL, "--rules", "gd,adam", "--no-convex")
+    dial = ("dial", *SMALL, "--ps", "1,0", "--lrs", "0.01,0.03", "--no-gd")
+    try:
+        for args in (zoo, dial):
+            on_ray = invoke(*args, "--executor", "ray", "--max-workers", "2",
+                            "--store", str(tmp_path / f"{args[0]}-ray.sqlite"))  # fmt: skip
+            assert on_ray.exit_code == 0, on_ray.output
+            assert "report:" in on_ray.output
+    finally:
+        ray.shutdown()
+    for args in (zoo, dial):
+        local = invoke(*args, "--store", str(tmp_path / f"{args[0]}-local.sqlite"))
+        assert local.exit_code == 0, local.output
+        ray_values = _values(tmp_path / f"{args[0]}-ray.sqlite")
+        assert ray_values and ray_values == _values(tmp_path / f"{args[0]}-local.sqlite")
+
+
+def test_a_bad_executor_is_a_one_line_error(tmp_path):
+    result = invoke("zoo", *SMALL, "--executor", "dask", "--store", str(tmp_path / "s.sqlite"))
+    assert result.exit_code == 2
+    assert "--executor 'dask'; allowed: local, ray" in result.output
+    assert not (tmp_path / "s.sqlite").exists()
