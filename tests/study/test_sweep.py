@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import the toy
 
 from toy import ToySpec
 
+from gaugelab.study.spec import Manifest
 from gaugelab.study.store import RunStore
 from gaugelab.study.sweep import Sweep, run_sweep
 
@@ -86,3 +87,23 @@ def test_bad_sweep_arguments(tmp_path):
         run_sweep(Sweep(ToySpec()), executor="slurm", store=tmp_path / "s.sqlite")
     with pytest.raises(ValueError, match="retries"):
         run_sweep(Sweep(ToySpec()), retries=-1, store=tmp_path / "s.sqlite")
+
+
+def test_the_experiments_own_errors_are_classified_by_cause_and_never_retried(tmp_path):
+    from gaugelab.study.runner import execute_run, spec_reference
+
+    store = tmp_path / "store.sqlite"
+    sweep = Sweep(ToySpec(), grid={"fail": ["nan", "missing-file"]})
+    result = run_sweep(sweep, store=store, max_workers=1, retries=2)
+    classes = sorted(o.termination for o in result.failed)
+    assert classes == ["infrastructure_failure", "numerical_failure"]
+    assert len(result.outcomes) == 2  # a missing input file is not retried: no retry mends it
+    # a payload the spec class rejects is an admission failure, not an infrastructure failure
+    spec = ToySpec(steps=2)
+    with RunStore(store) as db:
+        db.register_run(Manifest.for_spec(spec))
+    module, qualname, _ = spec_reference(spec)
+    bad = spec.model_dump_json().replace('"steps":2', '"steps":0')
+    outcome = execute_run(store, spec.identity(), module, qualname, bad)
+    assert outcome.termination == "admission_failure" and not outcome.retryable
+    assert "rejects the spec" in outcome.message

@@ -16,7 +16,7 @@ class ToySpec(ExperimentSpec):
     x: float = Field(1.0, description="slope")
     seed: int = Field(0, description="offset")
     steps: int = Field(3, ge=1, description="steps")
-    fail: Literal["none", "nan", "stop", "flaky-os", "bug", "admission"] = Field(
+    fail: Literal["none", "nan", "stop", "flaky-os", "bug", "admission", "missing-file"] = Field(
         "none", description="scripted failure"
     )
 
@@ -35,3 +35,5 @@ class ToySpec(ExperimentSpec):
             raise OSError("toy: disk hiccup on the first attempt")
         if self.fail == "bug":
             raise ZeroDivisionError("toy: a bug")
+        if self.fail == "missing-file":
+            open(run.directory / "no-such-input.txt").close()
