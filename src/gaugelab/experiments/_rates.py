@@ -39,7 +39,7 @@ def select_rate(result: RuleResult) -> RateChoice:
     Returns:
         The :class:`RateChoice`.
 
-    Source: PROTOCOLS §3 (selection rule); the fallback is ours.
+    Source: docs/protocols.md §3 (selection rule); the fallback is ours.
     """
     L = len(result.lrs)
 

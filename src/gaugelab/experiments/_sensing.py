@@ -25,13 +25,13 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 class SensingExperiment(ExperimentSpec):
-    """Fields every matrix-sensing experiment shares; defaults are PROTOCOLS §3.
+    """Fields every matrix-sensing experiment shares; defaults are docs/protocols.md §3.
 
     Subclasses set ``kind``, their step budget and their rules.
     """
 
-    n: int = Field(40, ge=1, description="Matrix size n (X* is n × n). PROTOCOLS §3: 40.")
-    rank: int = Field(3, ge=1, description="Planted rank r*. PROTOCOLS §3: 3.")
+    n: int = Field(40, ge=1, description="Matrix size n (X* is n × n). docs/protocols.md §3: 40.")
+    rank: int = Field(3, ge=1, description="Planted rank r*. docs/protocols.md §3: 3.")
     k: int | None = Field(None, ge=1, description="Factor width k; None means k = n (§3).")
     m: int | None = Field(
         None, ge=1, description="Measurements; None means 2·r*(2n − r*) (462 for n=40, r*=3)."
@@ -114,7 +114,7 @@ class SensingBatch:
 
     @classmethod
     def build(cls, spec: SensingExperiment) -> SensingBatch:
-        """Draw every seed's instance and initial factors (PROTOCOLS §3 draw order)."""
+        """Draw every seed's instance and initial factors (docs/protocols.md §3 draw order)."""
         tasks = [
             MatrixSensing(
                 n=spec.n,

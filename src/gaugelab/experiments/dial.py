@@ -1,7 +1,7 @@
 """The Adam-p dial: recovery and effective rank as Adam's denominator is pooled toward a scalar.
 
-``adam-p`` with ``p ∈ {1, 0.75, 0.5, 0.25, 0}`` on the PROTOCOLS §3 testbed for 30,000 steps,
-each p one ensemble of (seed × learning rate). Two arms come from the same runs: the *per-p*
+``adam-p`` with ``p ∈ {1, 0.75, 0.5, 0.25, 0}`` on the docs/protocols.md §3 testbed for 30,000
+steps, each p one ensemble of (seed × learning rate). Two arms come from the same runs: the *per-p*
 arm picks each p's rate by the protocol's selection rule; the *fixed-rate* arm reads every p at
 each shared rate of the grid. Reference lines: gd (its zoo grid, same budget, selected by the
 same rule) and the planted matrix's effective rank.
@@ -9,7 +9,7 @@ same rule) and the planted matrix's effective rank.
 The study has one run per p and one for the gd reference.
 
 Source: singh2026lossbasis, §7 (the dial, RMS convention; geometric mean as a check);
-PROTOCOLS §4.
+docs/protocols.md §4.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ __all__ = [
 ]
 
 DIAL_PS = (1.0, 0.75, 0.5, 0.25, 0.0)
-"""The dial's settings of p (PROTOCOLS §4)."""
+"""The dial's settings of p (docs/protocols.md §4)."""
 DIAL_LRS = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
-"""The dial's learning-rate grid (PROTOCOLS §4)."""
+"""The dial's learning-rate grid (docs/protocols.md §4)."""
 GD_LABEL = "gd"
 
 
@@ -77,7 +77,7 @@ def dial_label(p: float) -> str:
 
 
 class DialSpec(SensingExperiment):
-    """The Adam-p dial (PROTOCOLS §4); every default is the reference protocol.
+    """The Adam-p dial (docs/protocols.md §4); every default is the reference protocol.
 
     ``execute(run)`` trains ``adam-p`` at every p of :attr:`ps` on the whole grid, and gd when
     :attr:`gd_reference`.

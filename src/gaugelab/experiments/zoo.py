@@ -90,7 +90,7 @@ def _grid(default: tuple[float, ...], why: str) -> Any:
 
 class LearningRateGrids(BaseModel):
     """Learning-rate grid per rule: four half-decade rates. **Ours** — the reference grids are
-    not published (PROTOCOLS §3 gives only the selection rule).
+    not published (docs/protocols.md §3 gives only the selection rule).
 
     One principle: Adam's grid ``{1e-3, 3e-3, 1e-2, 3e-2}`` scaled by the rule's typical
     per-entry step relative to Adam's. Sign updates (signum, sign-sgd, lion) move every entry by
@@ -158,7 +158,7 @@ class LearningRateGrids(BaseModel):
 
 
 class ZooSpec(SensingExperiment):
-    """The optimizer zoo (PROTOCOLS §3). Every default is the reference protocol, except the
+    """The optimizer zoo (docs/protocols.md §3). Every default is the reference protocol, except the
     learning-rate grids, which are ours (see :class:`LearningRateGrids`).
 
     ``execute(run)`` trains every rule of :attr:`rules` (and the convex row when
@@ -333,7 +333,7 @@ def split_verdict(recoveries: dict[str, float], classes: dict[str, str]) -> Spli
     Returns:
         The :class:`SplitVerdict`, or ``None`` when either class has no finite entry.
 
-    Source: singh2026lossbasis, §5 (the 9/9 classification); PROTOCOLS §3.
+    Source: singh2026lossbasis, §5 (the 9/9 classification); docs/protocols.md §3.
     """
     finite = {r: x for r, x in recoveries.items() if math.isfinite(x)}
     eq = {r: x for r, x in finite.items() if classes[r] == EQUIVARIANT_CLASS}

@@ -1,4 +1,4 @@
-"""The optimizer zoo: every rule of PROTOCOLS §1 as a ``torch.optim.Optimizer``.
+"""The optimizer zoo: every rule of docs/protocols.md §1 as a ``torch.optim.Optimizer``.
 
 Every rule supports float32 and float64, param groups, ``state_dict``/``load_state_dict``,
 closures, and ``member_dims`` (leading ensemble dims; every reduction is per member).

@@ -109,7 +109,7 @@ def muon_hybrid(
     Raises:
         ValueError: no hidden matrix or nothing else to give Adam; bad hyperparameters.
 
-    Source: PROTOCOLS §1 (the hybrid used for transformers); jordan2024muon.
+    Source: docs/protocols.md §1 (the hybrid used for transformers); jordan2024muon.
     """
     muon, adam = [], []
     for name, p in named_params:

@@ -49,7 +49,7 @@ def cosine_factor(step: int, total: int) -> float:
     Raises:
         ValueError: ``total < 1`` or ``step < 0``.
 
-    Source: loshchilov2017sgdr (cosine annealing); PROTOCOLS §3 (the decayed set).
+    Source: loshchilov2017sgdr (cosine annealing); docs/protocols.md §3 (the decayed set).
     """
     if isinstance(total, bool) or not isinstance(total, int) or total < 1:
         raise ValueError(f"cosine_factor: total={total!r}; allowed: an integer >= 1")

@@ -171,7 +171,7 @@ def make_optimizer(name: str, params, **hyper) -> torch.optim.Optimizer:
         ValueError: unknown rule, unknown hyperparameter (the message lists the allowed ones)
             or a value out of range.
 
-    Source: PROTOCOLS §1 (the zoo's exact rules); each class cites its paper.
+    Source: docs/protocols.md §1 (the zoo's exact rules); each class cites its paper.
     """
     rule = get_rule(name)
     allowed = rule.hyperparameters()

@@ -1,9 +1,9 @@
 """Tasks: deterministic problem instances given a seed.
 
-* :class:`MatrixSensing` — the matrix-sensing testbed (PROTOCOLS §3), on the functional core
+* :class:`MatrixSensing` — the matrix-sensing testbed (docs/protocols.md §3), on the functional core
   :func:`make_sensing` / :class:`SensingInstance` / :func:`factor_init`, with the metrics
   :func:`effective_rank` and :func:`balancedness`;
-* :class:`ModularArithmetic` — ``(a op b) mod p`` tables (PROTOCOLS §5);
+* :class:`ModularArithmetic` — ``(a op b) mod p`` tables (docs/protocols.md §5);
 * :class:`CharText` — character-level text windows with a seeded minibatch stream; the
   packaged tiny-shakespeare by :meth:`CharText.tiny_shakespeare` (digest
   :data:`TINY_SHAKESPEARE_SHA256`, checked on every load; raw text :func:`tiny_shakespeare_bytes`).

@@ -45,7 +45,7 @@ class ModularArithmetic:
 
     Source:
         power2022grokking (modular arithmetic tables); singh2026lossbasis §6 and
-        PROTOCOLS §5 (p = 47, addition, train fraction 0.4, split seed 42).
+        docs/protocols.md §5 (p = 47, addition, train fraction 0.4, split seed 42).
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 
 The functional core is :func:`make_sensing` (one :class:`SensingInstance`: ``A``, ``y`` and
 the target, drawn in the reference order) and :func:`factor_init` (small random factors);
-:class:`MatrixSensing` is the full task of PROTOCOLS §3 built on them, with the metrics
+:class:`MatrixSensing` is the full task of docs/protocols.md §3 built on them, with the metrics
 (recovery error, effective rank, balancedness).
 """
 
@@ -75,7 +75,7 @@ class SensingInstance:
         Returns:
             ``[...]`` loss per member.
 
-        Source: PROTOCOLS §3 (the sensing loss).
+        Source: docs/protocols.md §3 (the sensing loss).
         """
         residual = W.flatten(-2) @ self.A.mT - self.y  # [..., m]
         return (residual * residual).mean(dim=-1)
@@ -89,7 +89,7 @@ class SensingInstance:
         Returns:
             ``[...]`` recovery error per member (relative Frobenius distance).
 
-        Source: PROTOCOLS §3 (recovery error).
+        Source: docs/protocols.md §3 (recovery error).
         """
         diff = torch.linalg.matrix_norm(W - self.target)
         return diff / torch.linalg.matrix_norm(self.target)
@@ -133,7 +133,7 @@ def make_sensing(
         ValueError: a size out of range, ``dtype`` not float32/float64, ``tail`` outside
             ``[0, 1)``, or ``tail > 0`` with ``rank = min(n, n2)`` (no room for a tail).
 
-    Source: singh2026lossbasis, §5 (matrix-sensing testbed); PROTOCOLS §3.
+    Source: singh2026lossbasis, §5 (matrix-sensing testbed); docs/protocols.md §3.
     """
     n2 = n if n2 is None else n2
     for name, value in (("n", n), ("n2", n2), ("measurements", measurements), ("rank", rank)):
@@ -204,7 +204,7 @@ def factor_init(
     Returns:
         ``(U, V)``: ``[n, k]`` and ``[n2, k]`` in ``dtype``.
 
-    Source: PROTOCOLS §3.
+    Source: docs/protocols.md §3.
     """
     n2 = n if n2 is None else n2
     g = torch.Generator().manual_seed(seed)
@@ -226,7 +226,7 @@ def effective_rank(W: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: ``W`` has fewer than two dimensions.
 
-    Source: roy2007effective (Def. 1); PROTOCOLS §3 (effective rank of ``U Vᵀ``).
+    Source: roy2007effective (Def. 1); docs/protocols.md §3 (effective rank of ``U Vᵀ``).
     """
     if W.dim() < 2:
         raise ValueError(f"effective_rank: W has shape {tuple(W.shape)}; allowed: [..., d1, d2]")
@@ -249,7 +249,7 @@ def balancedness(U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: the factors' widths differ.
 
-    Source: PROTOCOLS §3 (balancedness) and §2 (conserved by gradient flow).
+    Source: docs/protocols.md §3 (balancedness) and §2 (conserved by gradient flow).
     """
     if U.dim() < 2 or V.dim() < 2 or U.shape[-1] != V.shape[-1]:
         raise ValueError(
@@ -289,7 +289,7 @@ class MatrixSensing:
             ``seed`` not an integer; ``tail`` outside ``[0, 1)`` (or > 0 with ``rank = n``);
             ``dtype`` not float32/float64.
 
-    Source: singh2026lossbasis, §5 (matrix-sensing testbed); PROTOCOLS §3.
+    Source: singh2026lossbasis, §5 (matrix-sensing testbed); docs/protocols.md §3.
     """
 
     def __init__(
@@ -374,7 +374,7 @@ class MatrixSensing:
         Raises:
             ValueError: ``dtype`` not float32/float64.
 
-        Source: PROTOCOLS §3.
+        Source: docs/protocols.md §3.
         """
         dtype = self.dtype if dtype is None else _check_dtype(dtype, "MatrixSensing.init_factors")
         return factor_init(self.n, self.k, seed=self.seed + 7, scale=self.init_scale, dtype=dtype)
@@ -382,14 +382,14 @@ class MatrixSensing:
     def loss(self, W: torch.Tensor) -> torch.Tensor:
         """Mean over measurements of ``(⟨A_i, W⟩ − y_i)²``; ``W`` ``[..., n, n]`` → ``[...]``.
 
-        Source: PROTOCOLS §3.
+        Source: docs/protocols.md §3.
         """
         return self.instance.loss(W)
 
     def recovery_error(self, W: torch.Tensor) -> torch.Tensor:
         """``‖W − target‖_F / ‖target‖_F``; ``W`` ``[..., n, n]`` → ``[...]``.
 
-        Source: PROTOCOLS §3 (recovery error).
+        Source: docs/protocols.md §3 (recovery error).
         """
         return self.instance.recovery_error(W)
 
@@ -397,7 +397,7 @@ class MatrixSensing:
         """Roy–Vetterli effective rank of ``W`` ``[..., n, n]`` → ``[...]`` (see
         :func:`effective_rank`).
 
-        Source: roy2007effective; PROTOCOLS §3.
+        Source: roy2007effective; docs/protocols.md §3.
         """
         return effective_rank(W)
 
@@ -405,7 +405,7 @@ class MatrixSensing:
         """``‖UᵀU − VᵀV‖_F`` for ``U``, ``V`` ``[..., n, k]`` → ``[...]`` (see
         :func:`balancedness`).
 
-        Source: PROTOCOLS §3.
+        Source: docs/protocols.md §3.
         """
         return balancedness(U, V)
 
