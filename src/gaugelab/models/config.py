@@ -14,8 +14,8 @@ class TransformerConfig(BaseModel):
     """Architecture of a decoder-only Transformer (immutable; bad combinations raise ValueError).
 
     Defaults are the docs/protocols.md §5 twin model (2 pre-norm RMSNorm blocks, 4 heads of
-    width 16, d_model 64, a SiLU MLP of width 256, learned positions, bias-free) except that the causal
-    mask is on, as a decoder-only language model has it; the twin protocol turns it off.
+    width 16, d_model 64, a SiLU MLP of width 256, learned positions, bias-free) except that the
+    causal mask is on, as a decoder-only language model has it; the twin protocol turns it off.
 
     Source: the decoder-only Transformer of phuong2022formal §6 and vaswani2017attention §3, with
     the positional mechanisms of press2021train (ALiBi) and su2021roformer (RoPE), grouped-query
