@@ -26,8 +26,10 @@ Modules:
 * :mod:`~gaugelab.experiments.dial` — the Adam-p dial (docs/protocols.md §4);
 * :mod:`~gaugelab.experiments.twins` — the attention-head twin protocol (docs/protocols.md §5);
 * private: ``_sensing`` (the batched sensing task), ``_training`` (the resumable training loop),
-  ``_rates`` (rate selection), ``_convex`` (the convex reference row), ``sensing_report`` (the
-  zoo's and the dial's tables and figures), ``_study`` (what the experiments share).
+  ``_rates`` (rate selection), ``_grids`` (the zoo's rate grids), ``_split`` (the zoo's split
+  verdict), ``_convex`` (the convex reference row), ``sensing_report`` (the zoo's and the
+  dial's tables and figures), ``_twins_spec`` / ``_twins_data`` / ``_twins_results`` (the twin
+  protocol's configuration, data, and read-back), ``_study`` (what the experiments share).
 """
 
 from gaugelab.experiments._study import StudyOutcome

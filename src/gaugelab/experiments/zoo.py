@@ -16,18 +16,17 @@ Source: singh2026lossbasis, §5 (the zoo) and Table 6 (schedule control); docs/p
 
 from __future__ import annotations
 
-import itertools
-import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gaugelab.determinism import deterministic
 from gaugelab.experiments._convex import CONVEX, nuclear_norm_reference
+from gaugelab.experiments._grids import LearningRateGrids
 from gaugelab.experiments._rates import RateChoice, select_rate
 from gaugelab.experiments._sensing import (
     COORDINATEWISE_CLASS,
@@ -35,6 +34,7 @@ from gaugelab.experiments._sensing import (
     SensingBatch,
     SensingExperiment,
 )
+from gaugelab.experiments._split import SplitVerdict, split_verdict
 from gaugelab.experiments._study import (
     RunState,
     StudyOutcome,
@@ -82,79 +82,6 @@ ZOO_RULES = (
 """The rules of the reference zoo (docs/protocols.md §3 targets), in table order."""
 DECAYED = ("muon", "signum", "lion", "rmsprop")
 """The rules on the cosine schedule in the reference protocol."""
-
-
-def _grid(default: tuple[float, ...], why: str) -> Any:
-    return Field(default, min_length=1, description=why)
-
-
-class LearningRateGrids(BaseModel):
-    """Learning-rate grid per rule: four half-decade rates. **Ours** — the reference grids are
-    not published (docs/protocols.md §3 gives only the selection rule).
-
-    One principle: Adam's grid ``{1e-3, 3e-3, 1e-2, 3e-2}`` scaled by the rule's typical
-    per-entry step relative to Adam's. Sign updates (signum, sign-sgd, lion) move every entry by
-    the full η every step, and so do momentum-free normalised updates (rmsprop, adafactor, whose
-    ``G/√v`` has RMS ≈ 1): 10× smaller (the Lion convention of a 3–10× smaller rate than
-    Adam). msign steps have spectral norm ≈ 1, entries ≈ 1/√n: 3× larger. gd and shampoo
-    (which is gd-like while its damping λ = 1 dominates) are not normalised: their grids end
-    at the measured stability edge on the n = 40 testbed (1e-1 diverges within 10 steps).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    gd: tuple[float, ...] = _grid(
-        (1e-3, 3e-3, 1e-2, 3e-2), "gd (ours): up to the stability edge (1e-1 diverges)."
-    )
-    heavy_ball: tuple[float, ...] = _grid(
-        (1e-4, 3e-4, 1e-3, 3e-3), "heavy-ball (ours): gd's / 10, as the sum-form μ = 0.9 does."
-    )
-    nesterov: tuple[float, ...] = _grid(
-        (1e-4, 3e-4, 1e-3, 3e-3), "nesterov (ours): gd's / 10, as the sum-form μ = 0.9 does."
-    )
-    adam: tuple[float, ...] = _grid((1e-3, 3e-3, 1e-2, 3e-2), "adam (ours): the base grid.")
-    adamw: tuple[float, ...] = _grid((1e-3, 3e-3, 1e-2, 3e-2), "adamw (ours): adam's.")
-    rmsprop: tuple[float, ...] = _grid(
-        (1e-4, 3e-4, 1e-3, 3e-3), "rmsprop (ours): adam's / 10 (momentum-free, RMS step ≈ η)."
-    )
-    signum: tuple[float, ...] = _grid(
-        (1e-4, 3e-4, 1e-3, 3e-3), "signum (ours): adam's / 10 (full-η sign steps)."
-    )
-    sign_sgd: tuple[float, ...] = _grid(
-        (1e-4, 3e-4, 1e-3, 3e-3), "sign-sgd (ours): adam's / 10 (full-η sign steps)."
-    )
-    lion: tuple[float, ...] = _grid(
-        (1e-4, 3e-4, 1e-3, 3e-3), "lion (ours): adam's / 10 (full-η sign steps)."
-    )
-    adafactor: tuple[float, ...] = _grid(
-        (1e-4, 3e-4, 1e-3, 3e-3), "adafactor (ours): adam's / 10 (momentum-free, RMS step ≈ η)."
-    )
-    scalar_adam: tuple[float, ...] = _grid((1e-3, 3e-3, 1e-2, 3e-2), "scalar-adam (ours): adam's.")
-    muon: tuple[float, ...] = _grid(
-        (3e-3, 1e-2, 3e-2, 1e-1), "muon (ours): adam's × 3 (msign entries ≈ 1/√n)."
-    )
-    shampoo: tuple[float, ...] = _grid(
-        (3e-3, 1e-2, 3e-2, 1e-1), "shampoo (ours): gd-like, up to the stability edge."
-    )
-
-    def grid(self, rule: str) -> tuple[float, ...]:
-        """The grid of registry name ``rule``.
-
-        Raises:
-            ValueError: no grid for ``rule``.
-        """
-        key = rule.replace("-", "_")
-        if key not in type(self).model_fields:
-            known = ", ".join(f.replace("_", "-") for f in type(self).model_fields)
-            raise ValueError(f"LearningRateGrids.grid: rule={rule!r}; rules with a grid: {known}")
-        return getattr(self, key)
-
-    @field_validator("*")
-    @classmethod
-    def _positive(cls, grid: tuple[float, ...]) -> tuple[float, ...]:
-        if any(not (math.isfinite(x) and x > 0) for x in grid):
-            raise ValueError(f"learning rates {grid}; allowed: finite numbers > 0")
-        return grid
 
 
 class ZooSpec(SensingExperiment):
@@ -285,71 +212,6 @@ class ZooRow:
 
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
-
-
-@dataclass(frozen=True)
-class SplitVerdict:
-    """Worst orthogonally equivariant rule against the best coordinatewise rule.
-
-    Attributes:
-        worst_equivariant, worst_equivariant_recovery: the equivariant rule with the highest
-            mean recovery error, and that error.
-        best_coordinatewise, best_coordinatewise_recovery: the coordinatewise rule with the
-            lowest mean recovery error, and that error.
-        gap: ``best_coordinatewise_recovery − worst_equivariant_recovery``.
-        clean: ``gap > 0`` — every equivariant rule recovers better than every coordinatewise
-            rule.
-        classified, total: rules on the correct side of the best single threshold on mean
-            recovery error, out of all compared rules (the reference: 9/9).
-    """
-
-    worst_equivariant: str
-    worst_equivariant_recovery: float
-    best_coordinatewise: str
-    best_coordinatewise_recovery: float
-    gap: float
-    clean: bool
-    classified: int
-    total: int
-
-    def sentence(self) -> str:
-        """The verdict in one line."""
-        word = "clean split" if self.clean else "no clean split"
-        return (
-            f"{word}: worst equivariant {self.worst_equivariant} "
-            f"{self.worst_equivariant_recovery:.3f} vs best coordinatewise "
-            f"{self.best_coordinatewise} {self.best_coordinatewise_recovery:.3f} "
-            f"(gap {self.gap:+.3f}); {self.classified}/{self.total} classified by one threshold"
-        )
-
-
-def split_verdict(recoveries: dict[str, float], classes: dict[str, str]) -> SplitVerdict | None:
-    """The split of mean recovery errors by class.
-
-    Args:
-        recoveries: rule → mean recovery error (NaN entries are ignored).
-        classes: rule → ``"equivariant"`` or ``"coordinatewise"``.
-
-    Returns:
-        The :class:`SplitVerdict`, or ``None`` when either class has no finite entry.
-
-    Source: singh2026lossbasis, §5 (the 9/9 classification); docs/protocols.md §3.
-    """
-    finite = {r: x for r, x in recoveries.items() if math.isfinite(x)}
-    eq = {r: x for r, x in finite.items() if classes[r] == EQUIVARIANT_CLASS}
-    co = {r: x for r, x in finite.items() if classes[r] == COORDINATEWISE_CLASS}
-    if not eq or not co:
-        return None
-    worst = max(eq, key=lambda r: (eq[r], r))
-    best = min(co, key=lambda r: (co[r], r))
-    values = sorted(finite.values())
-    cuts = [values[0] - 1.0] + [(a + b) / 2 for a, b in itertools.pairwise(values)]
-    cuts.append(values[-1] + 1.0)
-    classified = max(
-        sum(x < c for x in eq.values()) + sum(x > c for x in co.values()) for c in cuts
-    )
-    gap = co[best] - eq[worst]
-    return SplitVerdict(worst, eq[worst], best, co[best], gap, gap > 0, classified, len(finite))
 
 
 @dataclass
