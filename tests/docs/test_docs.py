@@ -1,0 +1,490 @@
+"""Every fenced ```sh and ```python block of README.md and docs/**/*.md runs and succeeds.
+
+The blocks of one page run in order, in one fresh working folder (so a later block sees what an
+earlier one wrote); pages run in parallel, two at a time.
+
+* A ``sh`` (or ``bash``) block is one bash script (``set -eo pipefail``) with this interpreter's
+  folder first on ``PATH``, so ``gaugelab`` and ``python`` are the ones under test. A line that
+  starts with ``gaugelab`` (after optional ``VAR=value`` assignments) runs this environment's
+  console script, with ``--store`` pointed into the working folder when the command takes one
+  and, for the commands in :data:`REDUCTIONS`, the extra options that shrink it.
+* A line ``make TARGET ...`` is checked with ``make -n`` in the repository (the target must exist);
+  the ``gaugelab`` commands of its recipe run as above, its other recipe lines (installs, ruff,
+  pytest) do not run.
+* A ``python`` block runs as a script in a subprocess; its line numbers are the page's.
+
+A block opts out only with the line ``<!-- docs-test: skip (reason) -->`` immediately before
+its opening fence; the test reports it as skipped with that reason (``pytest -rs`` lists them).
+A failing block fails its test with the page, the block's line and the command's output.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+BIN = Path(sys.executable).parent
+TIMEOUT_S = 300  # per block
+WORKERS = 2  # pages at once
+
+LANGUAGES = {"sh": "sh", "bash": "sh", "python": "python"}
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
+SKIP = re.compile(r"^\s*<!--\s*docs-test:\s*skip\s*\((?P<reason>[^()]*\S[^()]*)\)\s*-->\s*$")
+MARKER = re.compile(r"docs-test")
+GAUGELAB_LINE = re.compile(
+    r"^(?P<env>(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*)gaugelab(?P<rest>(?:\s.*)?)$"
+)
+MAKE_LINE = re.compile(r"^make(?P<targets>(?:\s+[A-Za-z0-9_.-]+)+)\s*(?:#.*)?$")
+HEREDOC = re.compile(r"<<-?\s*(['\"]?)(?P<word>[A-Za-z_][A-Za-z0-9_]*)\1")
+
+
+@dataclass(frozen=True)
+class Option:
+    """An option a reduction sets.
+
+    ``value`` None is a flag: its ``removes`` (e.g. ``--convex``) are taken out and it is added.
+    Otherwise ``--name value`` replaces what the page gave, or with ``keep_given`` is added only
+    when the page gives none (the page's choice of rules or optimizers stands).
+    """
+
+    name: str
+    value: str | None = None
+    keep_given: bool = False
+    removes: tuple[str, ...] = ()
+
+
+REDUCTIONS: dict[str, tuple[Option, ...]] = {
+    "twins": (Option("--steps", "2"), Option("--optimizers", "adam", keep_given=True)),
+    "zoo": (
+        Option("--steps", "50"),
+        Option("--seeds", "42"),
+        Option("--rules", "gd,adam", keep_given=True),
+        Option("--no-convex", removes=("--convex",)),
+    ),
+    "dial": (
+        Option("--steps", "50"),
+        Option("--seeds", "42"),
+        Option("--ps", "1,0", keep_given=True),
+    ),
+    "bench": (Option("--quick", removes=("--no-quick",)),),
+}
+"""Command → the options that shrink it. Every other command runs as the page shows it."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: its page, the line of its opening fence (1-based), language, code."""
+
+    page: Path
+    line: int
+    lang: str
+    code: str
+    skip: str | None = None
+
+    @property
+    def where(self) -> str:
+        page = self.page.relative_to(REPO) if self.page.is_relative_to(REPO) else self.page
+        return f"{page}:{self.line}"
+
+
+def collect_blocks(page: Path) -> list[Block]:
+    """The ``sh``/``bash``/``python`` blocks of a Markdown page, in order.
+
+    Raises:
+        ValueError: an unclosed fence, or a ``docs-test`` marker that is not a well-formed skip
+            line immediately before a runnable block.
+    """
+    lines = page.read_text(encoding="utf-8").splitlines()
+    blocks, i, used_markers = [], 0, set()
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, indent, ticks = i, len(m["indent"]), m["ticks"]
+        end = start + 1
+        while end < len(lines) and not re.match(rf"^\s*{ticks}`*\s*$", lines[end]):
+            end += 1
+        if end == len(lines):
+            raise ValueError(f"{page}:{start + 1}: unclosed ``` fence")
+        lang = LANGUAGES.get(m["info"].lower())
+        if lang is not None:
+            body = [line[indent:] if line[:indent].strip() == "" else line for line in
+                    lines[start + 1 : end]]  # fmt: skip
+            skip = SKIP.match(lines[start - 1]) if start > 0 else None
+            if skip:
+                used_markers.add(start - 1)
+            code = "\n".join(body) + "\n"
+            blocks.append(Block(page, start + 1, lang, code, skip and skip["reason"].strip()))
+        i = end + 1
+    stray = [n + 1 for n, line in enumerate(lines) if MARKER.search(line) and n not in used_markers]
+    if stray:
+        raise ValueError(
+            f"{page}: docs-test marker(s) on line(s) {stray} are not a skip line "
+            f"'<!-- docs-test: skip (reason) -->' immediately before a sh or python block"
+        )
+    return blocks
+
+
+# --- turning a page's shell line into the command the test runs --------------------------------
+
+
+@functools.cache
+def _click_root():
+    import typer.main
+
+    from gaugelab.cli.app import app
+
+    return typer.main.get_command(app)
+
+
+def _command(tokens: list[str]):
+    """``(name, click command)`` of the ``gaugelab`` arguments ``tokens`` (``runs list`` → the
+    ``runs list`` command); ``(None, None)`` for no command or an unknown one."""
+    node, names = _click_root(), []
+    for token in tokens:
+        sub = getattr(node, "commands", {}).get(token)
+        if sub is None:
+            break
+        node, names = sub, [*names, token]
+    return (" ".join(names), node) if names else (None, None)
+
+
+def _options(command) -> set[str]:
+    return {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+
+
+def _split_command(rest: str) -> tuple[str, str]:
+    """``rest`` up to the first unquoted shell operator or comment, and the remainder."""
+    quote, i = None, 0
+    while i < len(rest):
+        c = rest[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 1
+            elif c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+        elif c == "\\":
+            i += 1
+        elif c in "|;&<>" or (c == "#" and (i == 0 or rest[i - 1].isspace())):
+            return rest[:i].rstrip(), rest[i:]
+        elif c == "$" and rest[i + 1 : i + 2] == "(":
+            depth, i = 1, i + 2
+            while i < len(rest) and depth:
+                depth += {"(": 1, ")": -1}.get(rest[i], 0)
+                i += 1
+            continue
+        i += 1
+    return rest.rstrip(), ""
+
+
+def _given(tokens: list[str], name: str) -> bool:
+    return any(t == name or t.startswith(name + "=") for t in tokens)
+
+
+def _remove(text: str, name: str, flag: bool) -> str:
+    value = "" if flag else r"(?:=\S+|\s+(?!-)\S+)?"
+    return re.sub(rf"\s+{re.escape(name)}{value}(?=\s|$)", "", text)
+
+
+def gaugelab_executable() -> list[str]:
+    """This environment's ``gaugelab`` console script, else ``python -m gaugelab``."""
+    script = BIN / "gaugelab"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "gaugelab"]
+
+
+def rewrite_gaugelab(line: str, store: Path) -> str:
+    """The command the test runs for a page's ``gaugelab ...`` line.
+
+    Raises:
+        ValueError: the line gives an absolute ``--store`` (the test keeps every store inside its
+            working folder).
+    """
+    m = GAUGELAB_LINE.match(line)
+    if m is None:
+        return line
+    args, tail = _split_command(m["rest"])
+    try:
+        tokens = shlex.split(args)
+    except ValueError:  # an unbalanced quote: leave it to bash to report
+        tokens = args.split()
+    name, command = _command(tokens)
+    extra: list[str] = []
+    for option in REDUCTIONS.get(name or "", ()):
+        if option.value is None:
+            for other in (option.name, *option.removes):
+                args = _remove(args, other, flag=True)
+            extra.append(option.name)
+        elif not (option.keep_given and _given(tokens, option.name)):
+            args = _remove(args, option.name, flag=False)
+            extra += [option.name, option.value]
+    if command is not None and "--store" in _options(command):
+        given = []
+        for i, token in enumerate(tokens):
+            if token.startswith("--store="):
+                given.append(token.removeprefix("--store="))
+            elif token == "--store" and i + 1 < len(tokens):
+                given.append(tokens[i + 1])
+        if any(Path(g).is_absolute() for g in given):
+            raise ValueError(f"{line!r}: an absolute --store; give a relative path or none")
+        if not given:
+            extra += ["--store", str(store)]
+    exe = " ".join(shlex.quote(x) for x in gaugelab_executable())
+    added = "".join(" " + shlex.quote(x) for x in extra)
+    return f"{m['env']}{exe}{args}{added}{' ' + tail if tail else ''}"
+
+
+def expand_make(line: str) -> tuple[list[str], list[str]]:
+    """``(gaugelab lines, other recipe lines)`` of a page's ``make TARGET ...`` line.
+
+    Raises:
+        ValueError: make cannot plan the targets (e.g. an unknown target).
+    """
+    targets = MAKE_LINE.match(line)["targets"].split()
+    make = shutil.which("make")
+    if make is None:
+        raise ValueError(f"{line!r}: make is not installed")
+    plan = subprocess.run(
+        [make, "-n", "--no-print-directory", "-C", str(REPO), *targets],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if plan.returncode != 0:
+        raise ValueError(f"{line!r}: make -n failed: {plan.stderr.strip()}")
+    run, not_run = [], []
+    for recipe in plan.stdout.splitlines():
+        words = recipe.split(maxsplit=1)
+        if words and Path(words[0]).name == "gaugelab":
+            run.append("gaugelab" + (" " + words[1] if len(words) > 1 else ""))
+        elif recipe.strip():
+            not_run.append(recipe.strip())
+    return run, not_run
+
+
+def shell_script(code: str, store: Path) -> tuple[str, list[str]]:
+    """The bash script for a sh block, and the make recipe lines it does not run."""
+    physical = code.splitlines()
+    out, not_run, heredoc, i = ["set -eo pipefail"], [], None, 0
+    while i < len(physical):
+        line = physical[i]
+        if heredoc is not None:  # a here-document's body is data: never rewritten
+            out.append(line)
+            heredoc = None if line.strip() == heredoc else heredoc
+            i += 1
+            continue
+        while line.endswith("\\") and i + 1 < len(physical):  # join continuation lines
+            i += 1
+            line = line[:-1] + " " + physical[i].lstrip()
+        i += 1
+        stripped = line.strip()
+        if MAKE_LINE.match(stripped):
+            commands, skipped = expand_make(stripped)
+            out += [rewrite_gaugelab(c, store) for c in commands]
+            not_run += [f"{stripped}: {s}" for s in skipped]
+            continue
+        out.append(rewrite_gaugelab(stripped, store) if GAUGELAB_LINE.match(stripped) else line)
+        doc = HEREDOC.search(line)
+        if doc:
+            heredoc = doc["word"]
+    return "\n".join(out) + "\n", not_run
+
+
+# --- running the pages --------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What running one block did."""
+
+    ok: bool
+    message: str = ""
+    seconds: float = 0.0
+    not_run: list[str] = field(default_factory=list)
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(COLUMNS="100", MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
+    return env
+
+
+def run_block(block: Block, folder: Path) -> Outcome:
+    """Run one block in ``folder``; never raises for a failing block."""
+    start = time.perf_counter()
+    not_run: list[str] = []
+    try:
+        if block.lang == "python":
+            script = folder / f"docs_block_{block.line}.py"
+            script.write_text("\n" * block.line + block.code, encoding="utf-8")
+            argv, shown = [sys.executable, str(script)], block.code
+        else:
+            shown, not_run = shell_script(block.code, folder / "gaugelab-runs" / "store.sqlite")
+            argv = ["bash", "-c", shown]
+    except ValueError as exc:
+        return Outcome(False, f"{block.where}: {exc}")
+    try:
+        done = subprocess.run(
+            argv, cwd=folder, env=_environment(), capture_output=True, text=True,
+            timeout=TIMEOUT_S,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        output = (exc.stdout or b"")[-4000:]
+        return Outcome(
+            False, f"{block.where}: the block ran past {TIMEOUT_S} s\n{shown}\n{output!r}",
+            time.perf_counter() - start,
+        )  # fmt: skip
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr)[-6000:]
+        return Outcome(
+            False,
+            f"{block.where}: the {block.lang} block failed (exit {done.returncode}); it ran\n"
+            f"{shown}\n--- output (end) ---\n{output}",
+            seconds,
+        )
+    return Outcome(True, seconds=seconds, not_run=not_run)
+
+
+def _run_page(blocks: list[Block], folder: Path, futures: dict[Block, Future]) -> None:
+    failed = None
+    for block in blocks:
+        future = futures[block]
+        if failed is not None:
+            future.set_result(Outcome(False, f"{block.where}: not run: {failed} failed before"))
+        elif block.skip is not None:
+            future.set_result(Outcome(True))
+        else:
+            try:
+                outcome = run_block(block, folder)
+            except Exception:  # a bug of this test, not of the page: report it, never hang
+                outcome = Outcome(False, f"{block.where}: {traceback.format_exc()}")
+            failed = None if outcome.ok else block.where
+            future.set_result(outcome)
+
+
+def _all_blocks() -> list[Block]:
+    return [b for page in PAGES for b in collect_blocks(page)]
+
+
+BLOCKS = _all_blocks()
+
+
+@pytest.fixture(scope="session")
+def outcomes(request, tmp_path_factory) -> dict[Block, Future]:
+    """Futures of every selected block's outcome; each page up to its last selected block."""
+    selected = [
+        item.callspec.params["block"]
+        for item in request.session.items
+        if hasattr(item, "callspec") and isinstance(item.callspec.params.get("block"), Block)
+    ]
+    pages: dict[Path, list[Block]] = {}
+    for block in BLOCKS:
+        if any(s.page == block.page for s in selected):
+            pages.setdefault(block.page, []).append(block)
+    for page, blocks in pages.items():  # up to the last selected block of the page
+        last = max(b.line for b in selected if b.page == page)
+        pages[page] = [b for b in blocks if b.line <= last]
+    futures = {b: Future() for blocks in pages.values() for b in blocks}
+    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="docs-page")
+    for page, blocks in pages.items():
+        folder = tmp_path_factory.mktemp(re.sub(r"\W+", "-", str(page.relative_to(REPO))))
+        pool.submit(_run_page, blocks, folder, futures)
+    yield futures
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.where)
+def test_docs_block_runs(block, outcomes):
+    if block.skip is not None:
+        pytest.skip(f"{block.where}: {block.skip}")
+    outcome = outcomes[block].result(timeout=TIMEOUT_S * len(BLOCKS))
+    for line in outcome.not_run:
+        print(f"{block.where}: not run by the docs test: {line}")
+    assert outcome.ok, outcome.message
+
+
+# --- the machinery itself -----------------------------------------------------------------------
+
+
+def test_every_page_is_collected_and_has_a_runnable_block():
+    assert REPO / "README.md" in PAGES
+    runnable = {b.page for b in BLOCKS if b.skip is None}
+    assert REPO / "README.md" in runnable
+
+
+def test_reductions_name_existing_commands_and_options():
+    for name, options in REDUCTIONS.items():
+        found, command = _command(name.split())
+        assert found == name, f"REDUCTIONS: no command `gaugelab {name}`"
+        known = _options(command)
+        for option in options:
+            missing = {option.name, *option.removes} - known
+            assert not missing, f"REDUCTIONS[{name!r}]: `gaugelab {name}` has no {missing}"
+
+
+def test_collector_reads_languages_lines_and_skip_reasons(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# t\n\n```sh\ngaugelab optimizers\n```\n\n```text\nnot run\n```\n"
+        "<!-- docs-test: skip (needs a GPU) -->\n```python\nprint(1)\n```\n"
+        "  ```bash\n  echo indented\n  ```\n",
+        encoding="utf-8",
+    )
+    blocks = collect_blocks(page)
+    assert [(b.line, b.lang, b.skip) for b in blocks] == [
+        (3, "sh", None), (11, "python", "needs a GPU"), (14, "sh", None),
+    ]  # fmt: skip
+    assert blocks[2].code == "echo indented\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<!-- docs-test: skip -->\n```sh\nls\n```\n",  # no reason
+        "<!-- docs-test: skip (far away) -->\n\n```sh\nls\n```\n",  # not immediately before
+        "<!-- docs-test: skip (not runnable) -->\n```text\nls\n```\n",  # not a runnable block
+    ],
+)
+def test_a_malformed_or_misplaced_marker_is_an_error(tmp_path, text):
+    page = tmp_path / "page.md"
+    page.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match="docs-test marker"):
+        collect_blocks(page)
+
+
+def test_rewrite_shrinks_long_commands_and_points_the_store_into_the_folder(tmp_path):
+    store = tmp_path / "store.sqlite"
+    line = rewrite_gaugelab("gaugelab zoo --steps=20000 --rules gd,muon --convex  # the zoo", store)
+    args = shlex.split(line, comments=True)
+    assert Path(args[0]).name == "gaugelab" or args[1:3] == ["-m", "gaugelab"]
+    rest = args[args.index("zoo") + 1 :]
+    assert rest == ["--rules", "gd,muon", "--steps", "50", "--seeds", "42", "--no-convex",
+                    "--store", str(store)]  # fmt: skip
+    piped = rewrite_gaugelab('X=1 gaugelab runs show "$RUN" | cat', store)
+    assert piped.startswith("X=1 ") and piped.endswith(f'"$RUN" --store {store} | cat')
+    assert rewrite_gaugelab("gaugelab check adam", store).endswith("check adam")  # no store
+    with pytest.raises(ValueError, match="absolute --store"):
+        rewrite_gaugelab("gaugelab runs list --store /tmp/elsewhere.sqlite", store)
+
+
+def test_heredoc_bodies_are_not_rewritten(tmp_path):
+    script, _ = shell_script("cat > a.txt <<'EOF'\ngaugelab zoo\nEOF\ngaugelab zoo\n", tmp_path)
+    lines = script.splitlines()
+    assert lines[2] == "gaugelab zoo"  # the here-document's body
+    assert "--steps 50" in lines[4]
