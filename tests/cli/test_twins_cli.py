@@ -33,7 +33,7 @@ def test_a_two_step_run_prints_the_triplet_and_is_reused_when_run_again(tmp_path
         (("--steps", "0"), "--steps 0"),
         (("--optimizers", "nope,adam"), "--optimizers nope; allowed: adafactor"),
         (("--optimizers", ","), "--optimizers is empty"),
-        (("--task", "text"), "--task text needs --text"),
+        (("--task", "text", "--batch-size", "0"), "--batch-size 0"),
         (("--text", "corpus.txt"), "--text corpus.txt is read only with --task text"),
         (("--task", "text", "--text", "missing.txt"), "--text missing.txt: CharText"),
         (("--dtype", "float16"), "--dtype 'float16'"),
@@ -57,3 +57,17 @@ def test_compile_without_a_cxx_compiler_is_a_clear_error(tmp_path):
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: --compile needs a C++ compiler"), result.output
     assert not store.exists()
+
+
+def test_the_text_task_defaults_to_the_packaged_tiny_shakespeare(tmp_path):
+    store = tmp_path / "s.sqlite"
+    result = invoke("--task", "text", "--steps", "1", "--optimizers", "adam", "--store", store)
+    assert result.exit_code == 0, result.output
+    assert "adam" in result.output and "report:" in result.output
+    from gaugelab.study.store import RunStore
+    from gaugelab.tasks import TINY_SHAKESPEARE_SHA256
+
+    with RunStore(store, create=False) as db:
+        (run,) = db.runs()
+        assert run.spec["twin"]["text_path"] is None
+        assert run.spec["twin"]["text_sha256"] == TINY_SHAKESPEARE_SHA256
