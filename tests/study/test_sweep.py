@@ -107,3 +107,15 @@ def test_the_experiments_own_errors_are_classified_by_cause_and_never_retried(tm
     outcome = execute_run(store, spec.identity(), module, qualname, bad)
     assert outcome.termination == "admission_failure" and not outcome.retryable
     assert "rejects the spec" in outcome.message
+
+
+def test_one_local_worker_runs_in_this_process_like_a_pool_of_two(tmp_path):
+    sweep = Sweep(ToySpec(), grid={"x": [1.0, 2.0]}, seeds=[0, 1], seed_field="seed")
+    inline = run_sweep(sweep, store=tmp_path / "inline.sqlite", max_workers=1, threads=1)
+    pooled = run_sweep(sweep, store=tmp_path / "pool.sqlite", max_workers=2, threads=1)
+    assert len(inline.completed) == len(pooled.completed) == 4
+    with RunStore(tmp_path / "inline.sqlite") as a, RunStore(tmp_path / "pool.sqlite") as b:
+        for identity in inline.completed:
+            assert [m.value for m in a.metrics(identity)] == [m.value for m in b.metrics(identity)]
+            (attempt,) = a.attempts(identity)
+            assert attempt.termination == "completed"

@@ -260,12 +260,14 @@ def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:
         FileExistsError: ``out_dir`` already holds a report or figures.
     """
     folder = Path(out_dir)
-    figure = rep.save_figure(
+    measured = any(s >= 1 for r in result.rows for k, d in r.distances.items()
+                   if k != "identity" for s in d)  # fmt: skip
+    figures = [rep.save_figure(
         distance_figure(result.rows),
         folder,
         "logit_distance",
         caption="Each twin's logit distance to its base; dashed: noise floor.",
-    )
+    )] if measured else []  # fmt: skip
     return rep.write_report(
         rep.StudyReport(
             name=result.study,
@@ -273,7 +275,7 @@ def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:
             runs=[rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
                                  {"verdict": r.verdict}) for r in result.rows],
             tables=tables(result),
-            figures=[figure],
+            figures=figures,
             failures=[rep.Failure(r.identity, r.termination, r.explanation)
                       for r in result.failures],
             notes=verdict_lines(result),

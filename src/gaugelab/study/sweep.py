@@ -130,6 +130,17 @@ def _execute(threads: int | None, *args: Any) -> Outcome:
     return execute_run(*args)
 
 
+def _in_process(threads: int | None, *args: Any) -> Outcome:
+    """:func:`_execute` in this process, restoring its torch thread count afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        return _execute(threads, *args)
+    finally:
+        torch.set_num_threads(before)
+
+
 def _ray_executor(max_workers: int | None, address: str | None):
     try:
         import ray
@@ -168,8 +179,10 @@ def run_sweep(
 
     Args:
         sweep: the sweep.
-        executor: ``"local"`` (a ``ProcessPoolExecutor`` with the ``spawn`` start method) or
-            ``"ray"`` (``ray.init(address=address)``, or a local Ray of ``max_workers`` CPUs).
+        executor: ``"local"`` (a ``ProcessPoolExecutor`` with the ``spawn`` start method; with
+            ``max_workers=1`` the runs execute one after another in this process, so a script
+            without an ``if __name__ == "__main__":`` guard works) or ``"ray"``
+            (``ray.init(address=address)``, or a local Ray of ``max_workers`` CPUs).
         max_workers: worker processes (default: the CPU count).
         store: the run store path (created if missing).
         retries: extra attempts for a retryable infrastructure failure (never chosen by score).
@@ -249,6 +262,8 @@ def _dispatch(
             except Exception as exc:  # the worker died: the environment failed, not the run
                 outcomes.append(_lost(store_path, identity, f"{type(exc).__name__}: {exc}"))
         return outcomes
+    if max_workers == 1:
+        return [_in_process(threads, store_path, i, *pending[i]) for i in identities]
     outcomes = []
     with ProcessPoolExecutor(max_workers=max_workers, mp_context=get_context("spawn")) as pool:
         futures = {
