@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from gaugelab.equivariance import check_equivariance
+from gaugelab.equivariance.distance import relative_distance
 from gaugelab.equivariance.problems import AttentionProblem, FactorProblem, make_problem
-from gaugelab.gauge import Orthogonal
+from gaugelab.gauge import Orthogonal, represented
 
 F64 = torch.float64
 
@@ -39,7 +40,8 @@ def test_attention_distance_sees_qk_invariants_and_logits():
     moved = [p.clone() for p in params]
     q_index = task.names.index("blocks.0.attn.q_proj.weight")
     moved[q_index] = moved[q_index] * 1.01  # scales every QK invariant by 1.01
-    assert task.distance(moved, params) >= 0.01 - 1e-12
+    # QK alone: ‖0.01·X‖ / (½(1.01 + 1)‖X‖) = 0.01 / 1.005 (the symmetric relative distance)
+    assert task.distance(moved, params) >= 0.01 / 1.005 - 1e-12
 
 
 def test_factor_problem_quadratic_loss_is_zero_at_the_target():
@@ -53,3 +55,19 @@ def test_factor_problem_quadratic_loss_is_zero_at_the_target():
 def test_unknown_problem_lists_the_allowed_ones():
     with pytest.raises(ValueError, match="sensing, quadratic, attention"):
         make_problem("bogus", F64, 0)
+
+
+def test_factor_distance_is_the_symmetric_relative_distance_of_represented_matrices():
+    task = FactorProblem("sensing", F64, seed=0)
+    base = task.initial()
+    moved = [p + 0.1 for p in base]
+    expected = relative_distance(represented(*moved), represented(*base))
+    assert task.distance(moved, base) == float(expected) == task.distance(base, moved)
+
+
+def test_attention_qk_objects_are_the_models_qk_invariants():
+    task = AttentionProblem(F64, seed=1)
+    params = task.initial()
+    model = task.model  # holds the initial parameters
+    expected = torch.stack([model.qk_invariant(i) for i in range(task.config.n_layers)])
+    assert torch.equal(task._qk(params), expected.detach())

@@ -8,7 +8,9 @@ The base run starts from factors ``(U₀, V₀)``; from the same (zero) optimize
 
 The represented objects (``W = U Vᵀ``; for the attention problem the logits and QK invariants)
 are gauge-invariant, so each twin is compared with the base by their relative Frobenius
-distance after every step (see ``gaugelab.equivariance.problems``).
+distance after every step (:func:`gaugelab.equivariance.distance.relative_distance`; the
+objects: ``gaugelab.equivariance.problems``). The verdict names and their twin-protocol
+counterparts: ``gaugelab.equivariance.verdicts``.
 """
 
 from __future__ import annotations
@@ -22,15 +24,17 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from gaugelab.equivariance.problems import make_problem, relative_error
+from gaugelab.equivariance.distance import relative_distance
+from gaugelab.equivariance.problems import make_problem
+from gaugelab.equivariance.verdicts import (
+    BREAKS,
+    EQUIVARIANT,
+    INCONCLUSIVE,
+    NONDETERMINISTIC,
+    PRECISION_LIMITED,
+)
 from gaugelab.gauge import GROUPS, Group, make_group
 from gaugelab.optim import OPTIMIZERS, claim, make_optimizer
-
-EQUIVARIANT = "equivariant"
-BREAKS = "breaks"
-PRECISION_LIMITED = "precision-limited"
-NONDETERMINISTIC = "nondeterministic"
-INCONCLUSIVE = "inconclusive"
 
 TWINS = ("gauge", "identity", "noise")
 DEFAULT_LR = 3e-2  # PROTOCOLS §2: every identity runs at η = 3e-2 unless the caller says otherwise
@@ -56,11 +60,12 @@ class EquivarianceReport:
         group: ``repr`` of the group the gauge elements were drawn from.
         problem, dtype, steps, draws, seed, noise_scale: the declared setting.
         distances: twin → ``[draws][steps]`` relative Frobenius distance of represented
-            matrices (step t = index t − 1).
+            matrices, ``‖a − b‖_F / (½(‖a‖_F + ‖b‖_F) + 1e-12)`` (step t = index t − 1).
         factor_distances: ``[draws][steps]`` relative distance between the gauge twin's
             parameters aligned back by ``A⁻¹`` and the base parameters.
-        moved: relative change of the base represented matrix over the run (a check that
-            the parameters genuinely moved).
+        moved: relative distance (the same measure, so at most 2) between the base's
+            represented objects after the last step and at the start: a check that the
+            parameters genuinely moved.
         tolerance: the ``equivariant`` threshold used for this dtype.
         verdict: ``equivariant``, ``breaks``, ``precision-limited``, ``nondeterministic`` or
             ``inconclusive``.
@@ -290,8 +295,8 @@ def check_equivariance(
         distances["noise"].append(compare(_run(factory, task, noisy, steps), base))
         factor_distances.append(
             [
-                relative_error(torch.cat([x.flatten() for x in task.align(p, A)]),
-                     torch.cat([x.flatten() for x in b]))
+                float(relative_distance(torch.cat([x.flatten() for x in task.align(p, A)]),
+                                        torch.cat([x.flatten() for x in b])))
                 for p, b in zip(gauge, base, strict=True)
             ]
         )  # fmt: skip

@@ -1,8 +1,8 @@
 """Problems the equivariance check runs on: a factored matrix objective and a small Transformer.
 
 A problem gives initial parameters (a list of tensors), a loss, the gauge-invariant
-*represented* objects to compare, the gauge action on the parameters, and its inverse (to align
-a twin back to the base basis).
+*represented* objects to compare (by :func:`gaugelab.equivariance.distance.relative_distance`),
+the gauge action on the parameters, and its inverse (to align a twin back to the base basis).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
+from gaugelab.equivariance.distance import relative_distance
 from gaugelab.gauge import Group, act, represented
-from gaugelab.models import Transformer, TransformerConfig
+from gaugelab.models import Transformer, TransformerConfig, qk_invariants
 from gaugelab.models.symmetry import GaugeElements, apply_gauge
 from gaugelab.tasks import ModularArithmetic, factor_init, make_sensing
 
@@ -22,11 +23,6 @@ PROBLEMS = ("sensing", "quadratic", "attention")
 
 # PROTOCOLS §2: n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3.
 _N, _K, _RANK, _M, _SCALE = 6, 3, 2, 20, 0.3
-
-
-def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    """``‖a − b‖_F / ‖b‖_F`` (a float; ``b = 0`` guarded)."""
-    return float(torch.linalg.norm(a - b) / torch.linalg.norm(b).clamp_min(1e-300))
 
 
 @dataclass
@@ -55,7 +51,7 @@ class FactorProblem:
         return 0.5 * ((W - self._sensing.target) ** 2).sum()
 
     def distance(self, params: list[torch.Tensor], base: list[torch.Tensor]) -> float:
-        return relative_error(represented(*params), represented(*base))
+        return float(relative_distance(represented(*params), represented(*base)))
 
     def sample(self, group: Group, generator: torch.Generator) -> torch.Tensor:
         return group.sample(generator, self.dtype)
@@ -78,8 +74,9 @@ class AttentionProblem:
     Two heads of width 4, d_model 16, learned positions, no normalization and no biases (so
     every parameter is a matrix and any rule, Muon included, applies to all of them). The
     represented objects are the logits on all 49 equations and every head's QK invariant
-    ``W_Q[h] W_K[h]ᵀ``; the distance is the larger of their relative distances. An element
-    ``[n_layers, n_heads, 4, 4]`` acts by ``W_Q[h] ↦ W_Q[h] A_h``, ``W_K[h] ↦ W_K[h] A_h⁻ᵀ``.
+    ``W_Q[h] W_K[h]ᵀ`` (:func:`gaugelab.models.qk_invariants`); the distance is the larger of
+    their relative distances. An element ``[n_layers, n_heads, 4, 4]`` acts by
+    ``W_Q[h] ↦ W_Q[h] A_h``, ``W_K[h] ↦ W_K[h] A_h⁻ᵀ``.
 
     Source: singh2026lossbasis, §6 (attention-head gauge).
     """
@@ -120,14 +117,13 @@ class AttentionProblem:
         return self.model
 
     def _qk(self, params: list[torch.Tensor]) -> torch.Tensor:
-        model = self._with(params)
-        layers = range(self.config.n_layers)
-        return torch.stack([model.qk_invariant(i) for i in layers]).detach()
+        return qk_invariants(self._params(params), self.config)  # [L, H, d, d]
 
     def distance(self, params: list[torch.Tensor], base: list[torch.Tensor]) -> float:
         with torch.no_grad():
-            logits = relative_error(self.logits(params), self.logits(base))
-        return max(logits, relative_error(self._qk(params), self._qk(base)))
+            logits = relative_distance(self.logits(params), self.logits(base))
+            qk = relative_distance(self._qk(params), self._qk(base))
+        return float(max(logits, qk))
 
     def sample(self, group: Group, generator: torch.Generator) -> torch.Tensor:
         c = self.config

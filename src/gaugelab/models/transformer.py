@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gaugelab.models.config import TransformerConfig
+from gaugelab.models.heads import Role, head_weight, ov_product, qk_product
 
 # --- Normalization (Definitions 17 and 19) -------------------------------------------------
 
@@ -374,50 +375,45 @@ class Transformer(nn.Module):
         logits = x @ self.unembed_matrix()  # [B, T, V]
         return logits if self.b_U is None else logits + self.b_U
 
-    # --- per-head views (TransformerLens layout) ---
+    # --- per-head views (TransformerLens layout; gaugelab.models.heads) ---
 
-    def _stack(self, name: str, n: int) -> torch.Tensor:
-        D, d = self.config.d_head, self.config.d_model
-        mats = [getattr(b.attn, name).weight.view(n, D, d).transpose(1, 2) for b in self.blocks]
-        return torch.stack(mats)  # [L, n, d, D]
+    def _head(self, role: Role) -> torch.Tensor:
+        return head_weight(dict(self.named_parameters()), self.config, role)
 
     @property
     def W_Q(self) -> torch.Tensor:
         """``[n_layers, n_heads, d_model, d_head]``."""
-        return self._stack("q_proj", self.config.n_heads)
+        return self._head("W_Q")
 
     @property
     def W_K(self) -> torch.Tensor:
         """``[n_layers, n_key_value_heads, d_model, d_head]``."""
-        return self._stack("k_proj", self.config.kv_heads)
+        return self._head("W_K")
 
     @property
     def W_V(self) -> torch.Tensor:
         """``[n_layers, n_key_value_heads, d_model, d_head]``."""
-        return self._stack("v_proj", self.config.kv_heads)
+        return self._head("W_V")
 
     @property
     def W_O(self) -> torch.Tensor:
         """``[n_layers, n_heads, d_head, d_model]``."""
-        c = self.config
-        return torch.stack(
-            [
-                b.attn.o_proj.weight.view(c.d_model, c.n_heads, c.d_head).permute(1, 2, 0)
-                for b in self.blocks
-            ]
-        )
+        return self._head("W_O")
 
     def kv_head(self, h: int) -> int:
         """The key/value head read by query head ``h``."""
         return h // self.config.group_size
 
     def qk_invariant(self, layer: int) -> torch.Tensor:
-        """``W_Q[h] W_K[kv(h)]ᵀ`` for every head of ``layer``: ``[n_heads, d_model, d_model]``."""
-        Wq = self.W_Q[layer]  # [H, d, D]
-        Wk = self.W_K[layer].repeat_interleave(self.config.group_size, dim=0)  # [H, d, D]
-        return Wq @ Wk.mT
+        """``W_Q[h] W_K[kv(h)]ᵀ`` for every head of ``layer``: ``[n_heads, d_model, d_model]``.
+
+        All layers at once, or an ensemble's: :func:`gaugelab.models.heads.qk_invariants`.
+        """
+        return qk_product(self.W_Q[layer], self.W_K[layer], self.config.group_size)
 
     def ov_invariant(self, layer: int) -> torch.Tensor:
-        """``W_V[kv(h)] W_O[h]`` for every head of ``layer``: ``[n_heads, d_model, d_model]``."""
-        Wv = self.W_V[layer].repeat_interleave(self.config.group_size, dim=0)  # [H, d, D]
-        return Wv @ self.W_O[layer]
+        """``W_V[kv(h)] W_O[h]`` for every head of ``layer``: ``[n_heads, d_model, d_model]``.
+
+        All layers at once, or an ensemble's: :func:`gaugelab.models.heads.ov_invariants`.
+        """
+        return ov_product(self.W_V[layer], self.W_O[layer], self.config.group_size)

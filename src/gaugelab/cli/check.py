@@ -1,0 +1,141 @@
+"""``gaugelab check OPTIMIZER``: certify gauge equivariance with the twin triplet."""
+
+from __future__ import annotations
+
+import ast
+from typing import Annotated
+
+import torch
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gaugelab.cli._errors import fail
+from gaugelab.equivariance import check_equivariance
+from gaugelab.equivariance.verdicts import (
+    BREAKS,
+    EQUIVARIANT,
+    INCONCLUSIVE,
+    NONDETERMINISTIC,
+    PRECISION_LIMITED,
+)
+from gaugelab.errors import NonFiniteError
+from gaugelab.gauge import GROUPS
+
+console = Console()
+
+_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+_OBJECTS = {"attention": "logits / QK invariants"}
+_VERDICT_STYLE = {
+    EQUIVARIANT: "bold green",
+    BREAKS: "bold red",
+    PRECISION_LIMITED: "bold yellow",
+    NONDETERMINISTIC: "bold magenta",
+    INCONCLUSIVE: "bold",
+}
+
+
+def _parse_opt(items: list[str]) -> dict:
+    hyper = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise fail(f"--opt {item!r}: expected KEY=VALUE, e.g. --opt lr=0.01")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw  # a bare word such as mean=geometric
+        hyper[key.replace("-", "_")] = value
+    return hyper
+
+
+def check(
+    optimizer: Annotated[
+        str,
+        typer.Argument(
+            help="A zoo name (see `gaugelab optimizers`) or a class as 'package.module:Class', "
+            "e.g. torch.optim:Muon."
+        ),
+    ],
+    group: Annotated[
+        str, typer.Option(help=f"Gauge group: {', '.join(sorted(GROUPS))}.")
+    ] = "orthogonal",
+    problem: Annotated[
+        str,
+        typer.Option(
+            help="'sensing' (U Vᵀ, n=6, k=3, rank 2, m=20), 'quadratic', or 'attention' "
+            "(a small Transformer with its head gauge: logits and QK invariants compared)."
+        ),
+    ] = "sensing",
+    steps: Annotated[int, typer.Option(help="Optimizer steps per run (>= 1).")] = 10,
+    draws: Annotated[int, typer.Option(help="Independent group elements (>= 1).")] = 3,
+    dtype: Annotated[str, typer.Option(help="float64 (certification) or float32.")] = "float64",
+    seed: Annotated[int, typer.Option(help="Seeds the problem and the draws.")] = 0,
+    opt: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--opt",
+            help="Hyperparameter KEY=VALUE (repeatable); lr defaults to 3e-2. "
+            "Values are Python literals: --opt betas='(0.9, 0.99)' --opt mean=geometric.",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Certify an optimizer's gauge equivariance with the gauge / identity / noise twins.
+
+    Runs the base problem and three twins from the same zero state, compares the represented
+    objects (U Vᵀ; logits and QK invariants for --problem attention) after every step, and
+    gives a verdict: equivariant, breaks, precision-limited, nondeterministic or inconclusive.
+    """
+    if dtype not in _DTYPES:
+        raise fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")
+    hyper = _parse_opt(opt or [])
+    try:
+        with console.status(f"running twins for {optimizer} under {group}…", spinner="dots"):
+            report = check_equivariance(
+                optimizer,
+                group=group,
+                problem=problem,
+                steps=steps,
+                draws=draws,
+                dtype=_DTYPES[dtype],
+                seed=seed,
+                **hyper,
+            )
+    except (ValueError, TypeError) as exc:
+        raise fail(str(exc)) from None
+    except NonFiniteError as exc:
+        raise fail(f"the run diverged ({exc}); try a smaller learning rate, --opt lr=...") from None
+    if as_json:
+        typer.echo(report.to_json())
+        return
+    table = Table(
+        title=(
+            f"{report.optimizer} under {report.group} on {report.problem} ({report.dtype}); "
+            f"relative Frobenius distance of {_OBJECTS.get(report.problem, 'U Vᵀ')} to the "
+            f"base, max over {report.draws} draws"
+        )
+    )
+    for col in ("step", "gauge twin", "identity twin", "noise twin", "gauge twin factors"):
+        table.add_column(col, justify="right")
+    gauge, ident, noise = (report.worst(t) for t in ("gauge", "identity", "noise"))
+    factors = [max(r[t] for r in report.factor_distances) for t in range(report.steps)]
+    for t in range(report.steps):
+        table.add_row(
+            str(t + 1), f"{gauge[t]:.2e}", f"{ident[t]:.2e}", f"{noise[t]:.2e}", f"{factors[t]:.2e}"
+        )
+    console.print(table)
+    style = _VERDICT_STYLE.get(report.verdict, "bold")
+    console.print(f"verdict: [{style}]{report.verdict}[/] — {report.explanation}")
+    if report.claimed is not None:
+        agree = "agrees with" if report.claimed == report.verdict else "DIFFERS from"
+        console.print(f"the zoo claims [bold]{report.claimed}[/]; the check {agree} the claim")
+    for note in report.notes:
+        console.print(f"note: {note}")
+    if report.verdict != EQUIVARIANT and report.dtype == "float64":
+        console.print("not certified equivariant in float64.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gaugelab check`` to ``app``."""
+    app.command()(check)

@@ -1,0 +1,54 @@
+"""``gaugelab optimizers``: the zoo and its claimed behaviour under each gauge group."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gaugelab.equivariance.verdicts import BREAKS, EQUIVARIANT
+from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
+
+console = Console()
+_SHORT = {EQUIVARIANT: "[green]equivariant[/]", BREAKS: "[red]breaks[/]"}
+
+
+def optimizers(
+    details: Annotated[
+        bool, typer.Option("--details", help="Also list default hyperparameters and sources.")
+    ] = False,
+) -> None:
+    """List the optimizer zoo with its equivariance claims per gauge group."""
+    table = Table(title="gaugelab optimizer zoo: claimed behaviour under each gauge group")
+    table.add_column("rule", style="bold", no_wrap=True)
+    table.add_column("update")
+    table.add_column("O(k)", no_wrap=True)
+    table.add_column("±perm", no_wrap=True)
+    table.add_column("GL(k)", no_wrap=True)
+    for name, rule in OPTIMIZERS.items():
+        cells = []
+        for group in CLAIM_GROUPS:
+            c = rule.claims[group]
+            cells.append(_SHORT[c.property] + ("*" if c.note else ""))
+        table.add_row(name, rule.summary, *cells)
+    console.print(table)
+    console.print(
+        "O(k): orthogonal gauge (U Q, V Q); ±perm: signed permutations; GL(k): (U A, V A⁻ᵀ). "
+        "* depends on hyperparameters (adam-p is equivariant at p = 0). "
+        "Certify any optimizer with `gaugelab check`; --details lists defaults and sources."
+    )
+    if details:
+        for name, rule in OPTIMIZERS.items():
+            hyper = ", ".join(f"{k}={v}" for k, v in rule.hyperparameters().items())
+            console.print(f"\n[bold]{name}[/]: {hyper}")
+            for group in CLAIM_GROUPS:
+                c = rule.claims[group]
+                note = f" ({c.note})" if c.note else ""
+                console.print(f"  {group}: {c.property}{note} — {c.source}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gaugelab optimizers`` to ``app``."""
+    app.command()(optimizers)

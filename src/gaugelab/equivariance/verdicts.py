@@ -1,0 +1,121 @@
+"""Every verdict a twin comparison gives, what it means, who gives it, and how the two match.
+
+Two procedures read a gauge / identity / noise twin triplet:
+
+* ``check`` — :func:`gaugelab.equivariance.check_equivariance` (``gaugelab check``): a few steps
+  of a small problem in float64, the gauge twin held to an absolute tolerance;
+* ``twins`` — the attention-head twin protocol (``gaugelab twins``): a long training run,
+  usually in float32, the gauge twin read against its noise twin at every checkpoint.
+
+They ask the same question at different precision, so their vocabularies differ by name where
+the test differs. The strings are stored in run stores and printed in the README: never change
+one. The correspondence (``check`` ≙ ``twins``):
+
+==================  =========================  ===============================================
+check               twins                      relation
+==================  =========================  ===============================================
+equivariant         equivariant                same claim (the gauge twin is round-off); check
+                                               tests ≤ 1e-9 (float64) / 1e-5 (float32)
+                                               absolutely, twins ≤ 10 × the noise twin
+breaks              basis-sensitive            same test: gauge twin ≥ 100 × its noise twin
+                                               after one step (check: also ≥ 1e-6, every draw)
+precision-limited   equivariant-then-chaotic   related, not equal: both see gauge and noise
+                                               twins together far above round-off; check from
+                                               step 1 on (the update itself rounds), twins only
+                                               later (the dynamics amplify round-off)
+nondeterministic    nondeterministic           same test: the identity twin is not exactly 0
+inconclusive        inconclusive               none of the others
+==================  =========================  ===============================================
+
+Source: singh2026lossbasis, §6 (reading the twin triplet); docs/protocols.md §5.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Procedure = Literal["check", "twins"]
+
+EQUIVARIANT = "equivariant"
+BREAKS = "breaks"
+PRECISION_LIMITED = "precision-limited"
+NONDETERMINISTIC = "nondeterministic"
+INCONCLUSIVE = "inconclusive"
+BASIS_SENSITIVE = "basis-sensitive"
+CHAOTIC = "equivariant-then-chaotic"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One verdict name.
+
+    Attributes:
+        name: the string stored and printed (kebab-case).
+        emitted_by: the procedures whose vocabulary holds it (``"check"``, ``"twins"``).
+        meaning: one line: the test that gives it.
+    """
+
+    name: str
+    emitted_by: tuple[Procedure, ...]
+    meaning: str
+
+
+VERDICTS: dict[str, Verdict] = {
+    v.name: v
+    for v in (
+        Verdict(EQUIVARIANT, ("check", "twins"),
+                "the gauge twin stays at round-off: check, ≤ 1e-9 (float64) or 1e-5 (float32) "
+                "at every step; twins, ≤ 10 × its noise twin at every checkpoint"),
+        Verdict(BREAKS, ("check",),
+                "after one step every draw's gauge twin is ≥ 1e-6 and ≥ 100 × its noise twin"),
+        Verdict(BASIS_SENSITIVE, ("twins",),
+                "after one step the gauge twin is ≥ 100 × its noise twin"),
+        Verdict(PRECISION_LIMITED, ("check",),
+                "gauge and noise twins within 10× of each other at every step, both above "
+                "1000 × machine epsilon: the update's own rounding hides any basis dependence"),
+        Verdict(CHAOTIC, ("twins",),
+                "gauge ≤ 10 × noise twin after one step, both ending ≥ 1000 × the noise twin's "
+                "step-1 distance: round-off amplified in every basis alike"),
+        Verdict(NONDETERMINISTIC, ("check", "twins"),
+                "the identity twin (same basis, same state) is not exactly 0 at some step: "
+                "no gauge claim can be made"),
+        Verdict(INCONCLUSIVE, ("check", "twins"),
+                "none of the procedure's other verdicts applies"),
+    )
+}  # fmt: skip
+
+CHECK_VERDICTS: tuple[str, ...] = (
+    EQUIVARIANT, BREAKS, PRECISION_LIMITED, NONDETERMINISTIC, INCONCLUSIVE,
+)  # fmt: skip
+"""The vocabulary of :func:`gaugelab.equivariance.check_equivariance`."""
+
+TWIN_VERDICTS: tuple[str, ...] = (
+    BASIS_SENSITIVE, EQUIVARIANT, CHAOTIC, NONDETERMINISTIC, INCONCLUSIVE,
+)  # fmt: skip
+"""The vocabulary of the attention-head twin protocol."""
+
+CHECK_TO_TWINS: dict[str, str] = {
+    EQUIVARIANT: EQUIVARIANT,
+    BREAKS: BASIS_SENSITIVE,
+    PRECISION_LIMITED: CHAOTIC,  # related, not equal: see the module docstring
+    NONDETERMINISTIC: NONDETERMINISTIC,
+    INCONCLUSIVE: INCONCLUSIVE,
+}
+"""Each ``check`` verdict → its ``twins`` counterpart (a bijection between the vocabularies)."""
+
+
+__all__ = [
+    "BASIS_SENSITIVE",
+    "BREAKS",
+    "CHAOTIC",
+    "CHECK_TO_TWINS",
+    "CHECK_VERDICTS",
+    "EQUIVARIANT",
+    "INCONCLUSIVE",
+    "NONDETERMINISTIC",
+    "PRECISION_LIMITED",
+    "TWIN_VERDICTS",
+    "VERDICTS",
+    "Verdict",
+]
