@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from gaugelab.study.paired import PairedComparison
 from gaugelab.study.report import RunSummary, new_report_dir
-from gaugelab.study.store import RunStore, StudyRow
+from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore, StudyRow
 from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
 
 R = TypeVar("R")
@@ -51,7 +51,7 @@ def run_experiment(
     collect: Callable[[RunStore, str], R],
     report: Callable[[R, Path], Path],
     *,
-    store: str | os.PathLike[str],
+    store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
     executor: str = "local",
     max_workers: int = 1,
     threads: int | None = 1,
@@ -65,8 +65,11 @@ def run_experiment(
     Args:
         sweep: the experiment's plan.
         collect, report: the experiment's functions.
-        store: the run store path (created if missing).
-        executor, max_workers, threads, address, progress: as :func:`gaugelab.study.run_sweep`.
+        store: the run store path (created if missing; default
+            ``./gaugelab-runs/store.sqlite``).
+        executor, max_workers, threads, address, progress: as :func:`gaugelab.study.run_sweep`
+            (default: one local worker, so the runs execute in this process, with one torch
+            thread each).
         report_dir: the report folder (must not hold a report already); default: a new
             timestamped folder in ``<store folder>/reports/<study>/``.
         write_report: write the report (False: only run and collect).

@@ -16,14 +16,16 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from gaugelab.experiments._sensing import SensingBatch, SensingExperiment
+from gaugelab.experiments._study import RunState, run_states, study_row
 from gaugelab.optim import MemberLearningRates, cosine_factor, make_optimizer
 from gaugelab.tasks import balancedness, effective_rank
 
+S = TypeVar("S", bound=SensingExperiment)
 INTERPOLATED, DIVERGED, BUDGET = "interpolated", "diverged", "budget"
 CHECKS_PER_CHECKPOINT = 10
 """A run context gets a checkpoint every this many interpolation checks (2,000 steps at the
@@ -261,6 +263,26 @@ def record_result(run: Any, result: RuleResult, final_step: int) -> None:
     path = run.directory / f"result-{safe}.json"
     path.write_text(json.dumps(result.to_dict(), allow_nan=False), encoding="utf-8")
     run.artifact(path, "result")
+
+
+def read_study(store: Any, study: str, spec_class: type[S]) -> tuple[S, list[RunState], dict]:
+    """A sensing study from the store: its spec, every run's state, and label → the
+    :class:`RuleResult` of every completed run.
+
+    Raises:
+        ValueError: no such study, or one of another kind than ``spec_class``.
+    """
+    row = study_row(store, study)
+    if row.kind != spec_class.kind:
+        raise ValueError(
+            f"collect: study {study!r} is a {row.kind!r} study, not a {spec_class.kind!r} study"
+        )
+    runs = run_states(store, study)
+    results: dict[str, RuleResult] = {}
+    for run in runs:
+        if run.completed:
+            results.update(read_results(store, run.identity))
+    return spec_class.model_validate(row.spec), runs, results
 
 
 def read_results(store: Any, identity: str) -> dict[str, RuleResult]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -32,20 +31,18 @@ from gaugelab.experiments._study import (
     RunState,
     StudyOutcome,
     run_experiment,
-    run_states,
-    study_row,
 )
 from gaugelab.experiments._training import (
     INTERPOLATED,
     RuleResult,
-    read_results,
+    read_study,
     record_result,
     train_rule,
 )
 from gaugelab.experiments.sensing_report import dial_report, dial_tables
 from gaugelab.experiments.zoo import LearningRateGrids, default_study_name
 from gaugelab.study.report import Table
-from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+from gaugelab.study.store import RunStore
 from gaugelab.study.sweep import Sweep
 from gaugelab.tasks import effective_rank
 
@@ -249,15 +246,7 @@ def collect(store: RunStore, study: str) -> DialResult:
     Raises:
         ValueError: no such study, or it is not a dial study.
     """
-    row = study_row(store, study)
-    if row.kind != DialSpec.kind:
-        raise ValueError(f"collect: study {study!r} is a {row.kind!r} study, not a dial study")
-    spec = DialSpec.model_validate(row.spec)
-    runs = run_states(store, study)
-    results: dict[str, RuleResult] = {}
-    for run in runs:
-        if run.completed:
-            results.update(read_results(store, run.identity))
+    spec, runs, results = read_study(store, study, DialSpec)
     points = [_point(p, results[dial_label(p)]) for p in spec.ps if dial_label(p) in results]
     gd = _point(float("nan"), results[GD_LABEL]) if GD_LABEL in results else None
     monotone = len(points) >= 2 and is_monotone(
@@ -277,24 +266,14 @@ def report(result: DialResult, out_dir: str | os.PathLike[str]) -> Path:
 
 
 def run_dial(
-    spec: DialSpec | None = None,
-    *,
-    store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
-    study: str | None = None,
-    executor: str = "local",
-    max_workers: int = 1,
-    threads: int | None = 1,
-    address: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    report_dir: str | os.PathLike[str] | None = None,
-    write_report: bool = True,
+    spec: DialSpec | None = None, *, study: str | None = None, **options: Any
 ) -> StudyOutcome[DialResult]:
     """Run the dial as a study (one run per p, plus gd), collect both arms, write the report.
 
     Args:
         spec: the protocol (default: the reference, :class:`DialSpec()`).
-        store, study, executor, max_workers, threads, address, progress, report_dir,
-            write_report: as :func:`gaugelab.experiments.zoo.run_zoo`.
+        study: the study name (default ``dial-<identity prefix>``).
+        **options: how to run it, as :func:`gaugelab.experiments.zoo.run_zoo`.
 
     Returns:
         The :class:`StudyOutcome`; failed runs are in ``outcome.result.failures``.
@@ -304,16 +283,4 @@ def run_dial(
 
     Source: singh2026lossbasis, §7; docs/protocols.md §4.
     """
-    return run_experiment(
-        plan(spec or DialSpec(), study),
-        collect,
-        report,
-        store=store,
-        executor=executor,
-        max_workers=max_workers,
-        threads=threads,
-        address=address,
-        progress=progress,
-        report_dir=report_dir,
-        write_report=write_report,
-    )
+    return run_experiment(plan(spec or DialSpec(), study), collect, report, **options)

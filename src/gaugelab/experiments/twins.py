@@ -48,7 +48,6 @@ from gaugelab.experiments._twins_spec import (
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.optim import make_optimizer, muon_hybrid
 from gaugelab.study.spec import ExperimentSpec
-from gaugelab.study.store import DEFAULT_STORE_PATH
 from gaugelab.study.sweep import Sweep
 from gaugelab.tasks import TINY_SHAKESPEARE_SHA256, CharText
 
@@ -248,14 +247,7 @@ def run_twins_study(
     base: TwinSpec | None = None,
     pairs: int = 1,
     merge: bool = False,
-    store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
-    executor: str = "local",
-    max_workers: int = 1,
-    threads: int | None = 1,
-    address: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    report_dir: str | os.PathLike[str] | None = None,
-    write_report: bool = True,
+    **options: Any,
 ) -> StudyOutcome[TwinsResult]:
     """Run the twin study (:func:`plan`), collect the table and verdicts, write the report.
 
@@ -264,9 +256,9 @@ def run_twins_study(
 
     Args:
         optimizers, base, pairs, merge: as :func:`plan`.
-        store, executor, max_workers, threads, address, progress, report_dir, write_report: as
-            :func:`gaugelab.experiments.zoo.run_zoo` (one torch thread per run by default: the
-            model is small, and on a shared machine one thread is several times faster).
+        **options: how to run it, as :func:`gaugelab.experiments.zoo.run_zoo` (one torch
+            thread per run by default: the model is small, and on a shared machine one thread
+            is several times faster; ``max_workers=N`` trains N runs at once).
 
     Returns:
         The :class:`~gaugelab.experiments._study.StudyOutcome` of a :class:`TwinsResult`.
@@ -276,19 +268,8 @@ def run_twins_study(
 
     Source: singh2026lossbasis, §6; docs/protocols.md §5.
     """
-    return run_experiment(
-        plan(optimizers, base=base, pairs=pairs, merge=merge),
-        collect,
-        report,
-        store=store,
-        executor=executor,
-        max_workers=max_workers,
-        threads=threads,
-        address=address,
-        progress=progress,
-        report_dir=report_dir,
-        write_report=write_report,
-    )
+    sweep = plan(optimizers, base=base, pairs=pairs, merge=merge)
+    return run_experiment(sweep, collect, report, **options)
 
 
 __all__ = [

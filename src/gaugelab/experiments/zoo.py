@@ -17,7 +17,7 @@ Source: singh2026lossbasis, §5 (the zoo) and Table 6 (schedule control); docs/p
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,14 +39,12 @@ from gaugelab.experiments._study import (
     RunState,
     StudyOutcome,
     run_experiment,
-    run_states,
-    study_row,
 )
-from gaugelab.experiments._training import RuleResult, read_results, record_result, train_rule
+from gaugelab.experiments._training import RuleResult, read_study, record_result, train_rule
 from gaugelab.experiments.sensing_report import zoo_report, zoo_tables
 from gaugelab.optim import CLAIMS, EQUIVARIANT, OPTIMIZERS
 from gaugelab.study.report import Table
-from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+from gaugelab.study.store import RunStore
 from gaugelab.study.sweep import Sweep
 
 __all__ = [
@@ -261,15 +259,7 @@ def collect(store: RunStore, study: str) -> ZooResult:
     Raises:
         ValueError: no such study, or it is not a zoo study.
     """
-    row = study_row(store, study)
-    if row.kind != ZooSpec.kind:
-        raise ValueError(f"collect: study {study!r} is a {row.kind!r} study, not a zoo study")
-    spec = ZooSpec.model_validate(row.spec)
-    runs = run_states(store, study)
-    results: dict[str, RuleResult] = {}
-    for run in runs:
-        if run.completed:
-            results.update(read_results(store, run.identity))
+    spec, runs, results = read_study(store, study, ZooSpec)
     rows = [ZooRow.from_result(results[r], rule_class(r)) for r in spec.rules if r in results]
     convex = ZooRow.from_result(results[CONVEX], "convex") if CONVEX in results else None
     split = split_verdict({r.rule: r.mean_recovery for r in rows}, {r.rule: r.klass for r in rows})
@@ -291,17 +281,7 @@ def report(result: ZooResult, out_dir: str | os.PathLike[str]) -> Path:
 
 
 def run_zoo(
-    spec: ZooSpec | None = None,
-    *,
-    store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
-    study: str | None = None,
-    executor: str = "local",
-    max_workers: int = 1,
-    threads: int | None = 1,
-    address: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    report_dir: str | os.PathLike[str] | None = None,
-    write_report: bool = True,
+    spec: ZooSpec | None = None, *, study: str | None = None, **options: Any
 ) -> StudyOutcome[ZooResult]:
     """Run the zoo as a study, collect the table and write the report.
 
@@ -310,13 +290,13 @@ def run_zoo(
 
     Args:
         spec: the protocol (default: the reference, :class:`ZooSpec()`).
-        store: the run store path.
         study: the study name (default ``zoo-<identity prefix>``).
-        executor, max_workers, threads, address: as :func:`gaugelab.study.run_sweep`
-            (default: one worker process with one torch thread: the sensing products are
-            small and memory-bound).
-        progress: ``progress(done, total)`` in runs.
-        report_dir, write_report: see :func:`gaugelab.experiments._study.run_experiment`.
+        **options: how to run it, as :func:`gaugelab.experiments._study.run_experiment`:
+            ``store`` (default ``./gaugelab-runs/store.sqlite``), ``executor``
+            (``"local"`` or ``"ray"``), ``max_workers`` (default 1: the runs execute in this
+            process), ``threads`` (default 1: the sensing products are small and
+            memory-bound), ``address``, ``progress`` (``progress(done, total)`` in runs),
+            ``report_dir``, ``write_report``.
 
     Returns:
         The :class:`StudyOutcome`; failed runs are in ``outcome.result.failures``.
@@ -326,16 +306,4 @@ def run_zoo(
 
     Source: docs/protocols.md §3.
     """
-    return run_experiment(
-        plan(spec or ZooSpec(), study),
-        collect,
-        report,
-        store=store,
-        executor=executor,
-        max_workers=max_workers,
-        threads=threads,
-        address=address,
-        progress=progress,
-        report_dir=report_dir,
-        write_report=write_report,
-    )
+    return run_experiment(plan(spec or ZooSpec(), study), collect, report, **options)
