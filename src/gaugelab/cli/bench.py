@@ -1,4 +1,4 @@
-"""Discover and run the benchmarks in ``benchmarks/bench_<name>.py``.
+"""``gaugelab bench``: discover and run the benchmarks in ``benchmarks/bench_<name>.py``.
 
 A benchmark file defines ``TITLE`` (str), ``COLUMNS`` (list of column names) and
 ``run(*, quick, progress) -> list[list]`` returning table rows; ``progress`` is a
@@ -12,11 +12,16 @@ import importlib.util
 import timeit
 from pathlib import Path
 from types import ModuleType
+from typing import Annotated
 
 import torch
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from gaugelab.cli._console import wide_console
+from gaugelab.cli._errors import fail
 
 
 def matmul_rate(number: int = 20, size: int = 1024) -> float:
@@ -75,3 +80,36 @@ def run_benchmark(path: Path, *, quick: bool = False, console: Console | None = 
     for row in rows:
         table.add_row(*(str(x) for x in row))
     return table
+
+
+def bench(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="Benchmarks to run (default: all), e.g. optim msign."),
+    ] = None,
+    directory: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Folder of bench_*.py files (default: the repo's benchmarks/)."),
+    ] = None,
+    quick: Annotated[bool, typer.Option(help="Fewer repeats, for a first look.")] = False,
+) -> None:
+    """Performance benchmarks, each printed as a ratio against a peer timed in the same run."""
+    try:
+        found = available_benchmarks(directory)
+        chosen = names or sorted(found)
+        unknown = [n for n in chosen if n not in found]
+        if unknown:
+            raise ValueError(
+                f"bench: unknown benchmark(s) {', '.join(unknown)}; available: "
+                f"{', '.join(sorted(found)) or 'none'}"
+            )
+        out = wide_console()
+        for name in chosen:
+            out.print(run_benchmark(found[name], quick=quick, console=out))
+    except (ValueError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gaugelab bench`` to ``app``."""
+    app.command()(bench)

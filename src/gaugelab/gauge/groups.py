@@ -163,7 +163,7 @@ class SpecialOrthogonal(Group):
     def _sample(self, generator, dtype, batch):
         Q = haar_orthogonal(self.k, generator=generator, dtype=dtype, batch=batch)
         scale = torch.ones(*batch, self.k, dtype=dtype)  # [*batch, k], one factor per column
-        scale[..., -1] = torch.where(torch.linalg.det(Q) < 0, -1.0, 1.0)
+        scale[..., -1] = torch.where(torch.linalg.det(Q) < 0, -1.0, 1.0).to(dtype)  # ±1, exact
         return Q * scale.unsqueeze(-2)
 
     def _contains(self, A, atol):
