@@ -71,3 +71,20 @@ def test_the_text_task_defaults_to_the_packaged_tiny_shakespeare(tmp_path):
         (run,) = db.runs()
         assert run.spec["twin"]["text_path"] is None
         assert run.spec["twin"]["text_sha256"] == TINY_SHAKESPEARE_SHA256
+
+
+def test_gaugelab_report_writes_the_twin_studys_own_report(tmp_path):
+    store = tmp_path / "s.sqlite"
+    result = invoke("--steps", "1", "--optimizers", "adam", "--store", store)
+    assert result.exit_code == 0, result.output
+    from gaugelab.study.store import RunStore
+
+    with RunStore(store, create=False) as db:
+        (study,) = [s.name for s in db.studies()]
+    out = tmp_path / "again"
+    again = runner.invoke(app, ["report", study, "--store", str(store), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Relative logit distance of each twin to its base" in html  # the experiment's table
+    assert "adam: basis-sensitive" in html  # and its stored verdict
+    assert (out / "logit_distance.png").is_file()

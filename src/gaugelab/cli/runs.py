@@ -21,8 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gaugelab.cli._errors import fail
+from gaugelab.experiments.registry import report_study
 from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunStore, StoreError
-from gaugelab.study.summary import path_slug, write_study_report
+from gaugelab.study.summary import path_slug
 
 __all__ = ["export_metrics", "register"]
 
@@ -261,11 +262,15 @@ def report(
         ),
     ] = None,
 ) -> None:
-    """Write a study's self-contained HTML report (spec, runs, tables, figures, failures)."""
+    """Write a study's self-contained HTML report (spec, runs, tables, figures, failures).
+
+    A twins, zoo or dial study gets its experiment's report (the same tables, figures and
+    verdicts the command printed); any other study the generic one.
+    """
     with _open_store(store) as db:
         folder = out if out is not None else db.path.parent / "reports" / path_slug(study)
         with _console().status(_t(f"writing the report to {folder}…"), spinner="dots"):
-            path = write_study_report(db, study, folder)
+            path = report_study(db, study, folder)
         runs = db.runs(study)
         attempts = [db.attempts(r.identity) for r in runs]
     completed = sum(any(a.termination == "completed" for a in run) for run in attempts)

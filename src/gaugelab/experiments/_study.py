@@ -112,7 +112,7 @@ def study_row(store: RunStore, study: str) -> StudyRow:
         if row.name == study:
             return row
     known = ", ".join(repr(r.name) for r in rows) or "none"
-    raise ValueError(f"collect: unknown study {study!r} in {store.path}; known: {known}")
+    raise ValueError(f"unknown study {study!r} in {store.path}; known: {known}")
 
 
 @dataclass
