@@ -48,7 +48,7 @@ def _kill_after_first_checkpoint(script: str, store: Path, timeout: float = 300)
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
-            found = sorted(store.parent.glob("artifacts/*/checkpoints/**/step-*.json"))
+            found = sorted(store.parent.glob("*.artifacts/*/checkpoints/**/step-*.json"))
             if found:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()

@@ -119,3 +119,13 @@ def test_one_local_worker_runs_in_this_process_like_a_pool_of_two(tmp_path):
             assert [m.value for m in a.metrics(identity)] == [m.value for m in b.metrics(identity)]
             (attempt,) = a.attempts(identity)
             assert attempt.termination == "completed"
+
+
+def test_two_stores_in_one_folder_keep_their_runs_files_apart(tmp_path):
+    sweep = Sweep(ToySpec())
+    for name in ("a.sqlite", "b.sqlite"):
+        assert len(run_sweep(sweep, store=tmp_path / name, max_workers=1).completed) == 1
+    identity = sweep.specs()[0].identity()
+    folders = sorted(p.parent.parent.name for p in tmp_path.glob("*/*/attempt-1"))
+    assert folders == ["a.sqlite.artifacts", "b.sqlite.artifacts"]
+    assert (tmp_path / "a.sqlite.artifacts" / identity[:16]).is_dir()

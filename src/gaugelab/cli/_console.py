@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -40,18 +41,37 @@ def failure_line(identity: str, termination: str, message: str, what: str = "") 
     return Text(f"failed {identity[:12]}{label}: {termination} — {message}", style="red")
 
 
+class RunBars:
+    """Progress callbacks for :func:`gaugelab.experiments._study.run_experiment`: ``runs``
+    (a study's runs) and ``steps`` (the steps of the run executing in this process)."""
+
+    def __init__(self, bar: Progress, description: str) -> None:
+        self._bar = bar
+        self._runs = bar.add_task(description, total=None, unit="runs")
+        self._steps: dict[str, Any] = {}
+
+    def runs(self, done: int, total: int) -> None:
+        """``progress(done, total)`` for ``run_sweep``."""
+        self._bar.update(self._runs, completed=done, total=total)
+
+    def steps(self, label: str, step: int, total: int) -> None:
+        """``step_progress(label, step, total)`` for ``run_sweep``."""
+        if label not in self._steps:
+            self._steps[label] = self._bar.add_task(f"  {label}", total=total, unit="steps")
+        self._bar.update(self._steps[label], completed=step, total=total)
+
+
 @contextlib.contextmanager
-def run_bar(console: Console, description: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress bar over a study's runs; yields ``progress(done, total)`` for ``run_sweep``."""
+def run_bar(console: Console, description: str) -> Iterator[RunBars]:
+    """Progress bars over a study's runs and, for runs in this process, their steps."""
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} runs"),
+        TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console) as bar:
-        task = bar.add_task(description, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        yield RunBars(bar, description)
 
 
 def print_outcome(

@@ -157,11 +157,11 @@ def twins(
         f"{base.dtype}{', compiled' if base.compile else ''}; store {store}"
     )
     try:
-        with run_bar(console, "training twins") as progress:
+        with run_bar(console, "twin runs") as progress:
             outcome = run_twins_study(
                 names, base=base, pairs=pairs, merge=merge, store=store, executor=executor,
-                max_workers=max_workers, threads=threads, address=address, progress=progress,
-                report_dir=out,
+                max_workers=max_workers, threads=threads, address=address,
+                progress=progress.runs, step_progress=progress.steps, report_dir=out,
             )  # fmt: skip
     except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
         raise fail(str(exc)) from None

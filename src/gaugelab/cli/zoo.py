@@ -185,7 +185,7 @@ def zoo(
             f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
         )
         try:
-            with run_bar(console, "training rules") as progress:
+            with run_bar(console, "rule runs") as progress:
                 outcome = zoo_experiment.run_zoo(
                     spec,
                     store=store,
@@ -194,7 +194,8 @@ def zoo(
                     max_workers=max_workers,
                     threads=threads,
                     address=address,
-                    progress=progress,
+                    progress=progress.runs,
+                    step_progress=progress.steps,
                     report_dir=out if len(specs) == 1 else None,
                 )
         except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
@@ -269,7 +270,7 @@ def dial(
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
     )
     try:
-        with run_bar(console, "training p settings") as progress:
+        with run_bar(console, "dial runs") as progress:
             outcome = dial_experiment.run_dial(
                 spec,
                 store=store,
@@ -278,7 +279,8 @@ def dial(
                 max_workers=max_workers,
                 threads=threads,
                 address=address,
-                progress=progress,
+                progress=progress.runs,
+                step_progress=progress.steps,
                 report_dir=out,
             )
     except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:

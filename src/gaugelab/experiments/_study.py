@@ -57,6 +57,7 @@ def run_experiment(
     threads: int | None = 1,
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    step_progress: Callable[[str, int, int], None] | None = None,
     report_dir: str | os.PathLike[str] | None = None,
     write_report: bool = True,
 ) -> StudyOutcome[R]:
@@ -67,7 +68,8 @@ def run_experiment(
         collect, report: the experiment's functions.
         store: the run store path (created if missing; default
             ``./gaugelab-runs/store.sqlite``).
-        executor, max_workers, threads, address, progress: as :func:`gaugelab.study.run_sweep`
+        executor, max_workers, threads, address, progress, step_progress: as
+            :func:`gaugelab.study.run_sweep`
             (default: one local worker, so the runs execute in this process, with one torch
             thread each).
         report_dir: the report folder (must not hold a report already); default: a new
@@ -89,6 +91,7 @@ def run_experiment(
         address=address,
         threads=threads,
         progress=progress,
+        step_progress=step_progress,
     )
     with RunStore(store, create=False) as db:
         result = collect(db, sweep.study)

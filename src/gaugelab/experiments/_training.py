@@ -172,7 +172,7 @@ def train_rule(
         stopped[mask] = step
 
     for t in range(first, spec.steps + 1):
-        if run is not None and t > first and t % every == 0:
+        if run is not None and first < t < spec.steps and t % every == 0:
             run.checkpoint(
                 t,
                 scope=label,
@@ -193,10 +193,14 @@ def train_rule(
             done = opt.active & (loss < spec.interpolation_loss)
             opt.deactivate(done)
             mark(done, INTERPOLATED, t)
+            if run is not None:
+                run.progress(label, t, spec.steps)
         if t == spec.steps or not bool(opt.active.any()):
             break
         opt.step(scale=cosine_factor(t, spec.steps) if decay else 1.0)
     U.grad = V.grad = None
+    if run is not None:
+        run.progress(label, spec.steps, spec.steps)
 
     with torch.no_grad():
         W = (U @ V.mT).double()

@@ -155,7 +155,10 @@ class TwinStudy(ExperimentSpec):
     def execute(self, run) -> None:
         """Train (resuming from a checkpoint if one exists), log every checkpoint's metrics,
         store the verdict, then (optionally) merge and log that too."""
-        result = run_twins(self.twin, sink=run.log, run=run)
+        label, steps = self.twin.optimizer, self.twin.steps
+        result = run_twins(
+            self.twin, sink=run.log, run=run, progress=lambda s: run.progress(label, s, steps)
+        )
         final = self.twin.steps
         if self.merge:
             data = twin_data(self.twin)

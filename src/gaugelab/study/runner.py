@@ -23,6 +23,7 @@ import atexit
 import importlib
 import os
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,18 +78,27 @@ class RunContext:
         identity: its run identity.
         attempt_id: the store's id of the open attempt.
         directory: a private folder for this attempt's files
-            (``<store dir>/artifacts/<identity[:16]>/attempt-<n>/``).
+            (``<store dir>/<store name>.artifacts/<identity[:16]>/attempt-<n>/``: per store,
+            so two stores in one folder never share a run's files).
         checkpoints: the run's checkpoint folder, shared by its attempts so a retry resumes
-            from the latest checkpoint (``<store dir>/artifacts/<identity[:16]>/checkpoints/``).
+            from the latest checkpoint (``…/<identity[:16]>/checkpoints/``).
         resumed_from: the step :meth:`resume` returned a checkpoint of, else ``None``.
     """
 
-    def __init__(self, store: RunStore, spec: ExperimentSpec, attempt_id: int, ordinal: int):
+    def __init__(
+        self,
+        store: RunStore,
+        spec: ExperimentSpec,
+        attempt_id: int,
+        ordinal: int,
+        progress: Callable[[str, int, int], None] | None = None,
+    ):
         self.spec = spec
+        self._progress = progress
         self.identity = spec.identity()
         self.attempt_id = attempt_id
         self._store = store
-        run_dir = store.path.parent / "artifacts" / self.identity[:16]
+        run_dir = store.path.parent / f"{store.path.name}.artifacts" / self.identity[:16]
         self.directory = run_dir / f"attempt-{ordinal}"
         self.directory.mkdir(parents=True, exist_ok=True)
         self.checkpoints = run_dir / "checkpoints"
@@ -98,6 +108,12 @@ class RunContext:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Append the metrics of one step (raises NonFiniteError on NaN/inf, writing nothing)."""
         self._store.log_metrics(self.attempt_id, step, metrics)
+
+    def progress(self, label: str, step: int, total: int) -> None:
+        """Report ``step`` of ``total`` of the part ``label`` (e.g. a rule) to whoever watches
+        (a progress bar when the run executes in the caller's process; nothing otherwise)."""
+        if self._progress is not None:
+            self._progress(label, step, total)
 
     def artifact(self, path: str | os.PathLike[str], kind: str) -> Path:
         """Record a file this attempt wrote (its sha256 is stored); returns its path."""
@@ -212,7 +228,12 @@ def _worker_store(path: str | os.PathLike[str]) -> RunStore:
 
 
 def execute_run(
-    store_path: str | os.PathLike[str], identity: str, module: str, qualname: str, payload: str
+    store_path: str | os.PathLike[str],
+    identity: str,
+    module: str,
+    qualname: str,
+    payload: str,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Outcome:
     """Run one registered spec to the end of one attempt, in this process.
 
@@ -220,6 +241,7 @@ def execute_run(
         store_path: the run store (opened once per worker process and kept open).
         identity: the registered run's identity.
         module, qualname, payload: from :func:`spec_reference`.
+        progress: receives the run's :meth:`RunContext.progress` reports.
 
     Returns:
         The attempt's :class:`Outcome`. Exceptions are recorded, not raised — except that
@@ -233,7 +255,7 @@ def execute_run(
         spec = rebuild_spec(module, qualname, payload)
         if spec.identity() != identity:
             raise AdmissionError(f"the rebuilt spec has identity {spec.identity()[:16]}…")
-        context = RunContext(store, spec, attempt_id, ordinal)
+        context = RunContext(store, spec, attempt_id, ordinal, progress)
         admit = getattr(spec, "admit", None)
         if admit is not None:
             try:

@@ -130,13 +130,16 @@ def _execute(threads: int | None, *args: Any) -> Outcome:
     return execute_run(*args)
 
 
-def _in_process(threads: int | None, *args: Any) -> Outcome:
-    """:func:`_execute` in this process, restoring its torch thread count afterwards."""
+def _in_process(threads: int | None, *args: Any, progress=None) -> Outcome:
+    """:func:`execute_run` in this process with ``threads`` torch threads, restoring the thread
+    count afterwards; the run's progress reports reach ``progress``."""
     import torch
 
     before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
-        return _execute(threads, *args)
+        return execute_run(*args, progress=progress)
     finally:
         torch.set_num_threads(before)
 
@@ -174,6 +177,7 @@ def run_sweep(
     address: str | None = None,
     threads: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    step_progress: Callable[[str, int, int], None] | None = None,
 ) -> SweepResult:
     """Run every spec of a sweep that has not completed yet.
 
@@ -191,6 +195,8 @@ def run_sweep(
             ``OMP_NUM_THREADS``). Small models run fastest with 1 on a shared machine.
         progress: called as ``progress(done, total)`` once before the first attempt (with
             ``done = 0``; ``total`` counts the runs still to do) and after every finished one.
+        step_progress: ``step_progress(label, step, total)`` from inside the runs (e.g. a
+            rule's steps), when they execute in this process (``max_workers=1``, local).
 
     Returns:
         A :class:`SweepResult`.
@@ -230,7 +236,9 @@ def run_sweep(
     attempts_left = {identity: retries for identity in pending}
     queue = list(pending)
     while queue:
-        outcomes = _dispatch(executor, queue, pending, store_path, max_workers, address, threads)
+        outcomes = _dispatch(
+            executor, queue, pending, store_path, max_workers, address, threads, step_progress
+        )
         queue = []
         for outcome in outcomes:
             result.outcomes.append(outcome)
@@ -249,7 +257,7 @@ def run_sweep(
 
 
 def _dispatch(
-    executor, identities, pending, store_path, max_workers, address, threads
+    executor, identities, pending, store_path, max_workers, address, threads, step_progress
 ) -> list[Outcome]:
     if executor == "ray":
         ray, remote = _ray_executor(max_workers, address)
@@ -263,7 +271,10 @@ def _dispatch(
                 outcomes.append(_lost(store_path, identity, f"{type(exc).__name__}: {exc}"))
         return outcomes
     if max_workers == 1:
-        return [_in_process(threads, store_path, i, *pending[i]) for i in identities]
+        return [
+            _in_process(threads, store_path, i, *pending[i], progress=step_progress)
+            for i in identities
+        ]
     outcomes = []
     with ProcessPoolExecutor(max_workers=max_workers, mp_context=get_context("spawn")) as pool:
         futures = {
