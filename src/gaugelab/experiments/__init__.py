@@ -25,6 +25,8 @@ Modules:
 * :mod:`~gaugelab.experiments.zoo` — the matrix-sensing optimizer zoo (docs/protocols.md §3);
 * :mod:`~gaugelab.experiments.dial` — the Adam-p dial (docs/protocols.md §4);
 * :mod:`~gaugelab.experiments.twins` — the attention-head twin protocol (docs/protocols.md §5);
+* :mod:`~gaugelab.experiments.registry` — study kind → experiment module, and a study's
+  report by its experiment (``gaugelab report``);
 * private: ``_sensing`` (the batched sensing task), ``_training`` (the resumable training loop),
   ``_rates`` (rate selection), ``_grids`` (the zoo's rate grids), ``_split`` (the zoo's split
   verdict), ``_convex`` (the convex reference row), ``sensing_report`` (the zoo's and the
