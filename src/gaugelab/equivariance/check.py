@@ -37,7 +37,7 @@ from gaugelab.gauge import GROUPS, Group, make_group
 from gaugelab.optim import OPTIMIZERS, claim, make_optimizer
 
 TWINS = ("gauge", "identity", "noise")
-DEFAULT_LR = 3e-2  # PROTOCOLS §2: every identity runs at η = 3e-2 unless the caller says otherwise
+DEFAULT_LR = 3e-2  # docs/protocols.md §2: the identities run at η = 3e-2 unless told otherwise
 
 
 _KNOWN_CAUSES = {

@@ -21,13 +21,13 @@ from gaugelab.tasks import ModularArithmetic, factor_init, make_sensing
 
 PROBLEMS = ("sensing", "quadratic", "attention")
 
-# PROTOCOLS §2: n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3.
+# docs/protocols.md §2: n = 6, k = 3, planted rank 2, m = 20, factor scale 0.3.
 _N, _K, _RANK, _M, _SCALE = 6, 3, 2, 20, 0.3
 
 
 @dataclass
 class FactorProblem:
-    """``f(U Vᵀ)`` with ``U [6, 3]``, ``V [6, 3]``: sensing (PROTOCOLS §2) or a quadratic.
+    """``f(U Vᵀ)`` with ``U [6, 3]``, ``V [6, 3]``: sensing (docs/protocols.md §2) or a quadratic.
 
     The represented object is ``W = U Vᵀ``; an element ``A [3, 3]`` acts by ``(U A, V A⁻ᵀ)``.
     """
