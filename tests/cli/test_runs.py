@@ -117,17 +117,20 @@ def test_export_to_a_file_never_overwrites(store_path, tmp_path):
     assert out.read_bytes() == content
 
 
-def test_report_writes_html_in_the_store_folder_and_refuses_to_overwrite(store_path):
+def test_report_writes_html_in_a_new_folder_each_time_and_never_overwrites(store_path):
     result = invoke("report", STUDY, "--store", store_path)
     assert result.exit_code == 0, result.output
     path = Path(result.stdout.strip().splitlines()[-1])
     assert path.name == "report.html" and path.is_file()
-    assert path.parent.parent == store_path.parent / "reports"
+    assert path.parent.parent.parent == store_path.parent / "reports"
     page = path.read_text()
     assert STUDY not in page and "[red]zoo[/red] &lt;b&gt;" in page
     assert "numerical_failure" in page and "infrastructure_failure" in page
     again = invoke("report", STUDY, "--store", store_path)
-    assert again.exit_code == 2 and "--out" in again.stderr and "Traceback" not in again.output
+    second = Path(again.stdout.strip().splitlines()[-1])
+    assert again.exit_code == 0 and second.parent != path.parent and second.is_file()
+    into = invoke("report", STUDY, "--store", store_path, "--out", path.parent)
+    assert into.exit_code == 2 and "--out" in into.stderr and "Traceback" not in into.output
 
 
 def test_report_to_another_folder(store_path, tmp_path):

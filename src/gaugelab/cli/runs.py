@@ -22,6 +22,7 @@ from rich.text import Text
 
 from gaugelab.cli._errors import fail
 from gaugelab.experiments.registry import report_study
+from gaugelab.study.report import new_report_dir
 from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunStore, StoreError
 from gaugelab.study.summary import path_slug
 
@@ -257,8 +258,8 @@ def report(
         Path | None,
         typer.Option(
             "--out",
-            help="Output folder (default: reports/STUDY beside the store); an existing "
-            "report is never overwritten.",
+            help="Output folder (default: a new timestamped folder in reports/STUDY beside the "
+            "store); an existing report is never overwritten.",
         ),
     ] = None,
 ) -> None:
@@ -268,7 +269,8 @@ def report(
     verdicts the command printed); any other study the generic one.
     """
     with _open_store(store) as db:
-        folder = out if out is not None else db.path.parent / "reports" / path_slug(study)
+        parent = db.path.parent / "reports" / path_slug(study)
+        folder = out if out is not None else new_report_dir(parent)
         with _console().status(_t(f"writing the report to {folder}…"), spinner="dots"):
             path = report_study(db, study, folder)
         runs = db.runs(study)
