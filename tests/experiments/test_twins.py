@@ -117,3 +117,33 @@ def test_default_hyperparameters_follow_the_protocol_and_the_task(tmp_path):
     assert on_text.model_copy(update={"optimizer": "adam"}).hyperparameters() == {"lr": 1e-3}
     given = TwinSpec(optimizer="heavy-ball", hyper={"lr": 0.1})
     assert given.hyperparameters() == {"lr": 0.1}
+
+
+def test_paired_log_ratio_of_gauge_to_noise_twin_per_optimizer():
+    import math
+
+    from gaugelab.experiments._twins_results import TwinRow, TwinsResult, _paired, paired_table
+
+    def row(optimizer, pair, gauge, noise):
+        out = TwinRow(optimizer, pair, f"id{pair}", "completed", "", "")
+        out.distances = {"gauge": {1: gauge[0], 10: gauge[1]}, "noise": {1: noise[0], 10: noise[1]}}
+        return out
+
+    rows = [
+        row("adam", 0, (4e-3, 0.5), (3e-7, 6e-7)),
+        row("adam", 1, (5e-3, 0.4), (2e-7, 5e-7)),
+        row("heavy-ball", 0, (3e-7, 4e-7), (3e-7, 4e-7)),  # one pair: no paired row
+    ]
+    paired = _paired(rows, final=10)
+    assert set(paired) == {"adam"} and set(paired["adam"]) == {"step 1", "final"}
+    step1 = paired["adam"]["step 1"]
+    # log10(4e-3 / 3e-7) and log10(5e-3 / 2e-7), paired by the pair index
+    expected = [math.log10(4e-3 / 3e-7), math.log10(5e-3 / 2e-7)]
+    assert step1.seeds == (0, 1)
+    assert step1.differences == pytest.approx(expected, abs=1e-12)
+    assert step1.mean == pytest.approx(sum(expected) / 2, abs=1e-12)
+    assert step1.interval is not None
+    spec = {"twin": {"steps": 10}}
+    table = paired_table(TwinsResult("s", spec, rows, paired))
+    assert [r[:3] for r in table.rows] == [["adam", "step 1", 2], ["adam", "final", 2]]
+    assert paired_table(TwinsResult("s", spec, rows[2:], _paired(rows[2:], 10))) is None
