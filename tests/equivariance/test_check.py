@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import sys
 
 import pytest
 import torch
@@ -9,12 +10,15 @@ import torch
 from gaugelab.equivariance import (
     BREAKS,
     EQUIVARIANT,
+    INCONCLUSIVE,
     NONDETERMINISTIC,
     check_equivariance,
 )
+from gaugelab.equivariance.check import STILL_ULPS, EquivarianceReport, _verdict
 from gaugelab.optim import CLAIMS, OPTIMIZERS, HeavyBall
 
 FAST = {"steps": 5, "draws": 2}
+EPS64 = torch.finfo(torch.float64).eps
 CASES = [
     pytest.param(rule, group, id=f"{rule}-{group}")
     for rule in sorted(CLAIMS)
@@ -43,6 +47,129 @@ class NoisySGD(torch.optim.Optimizer):
                     noise = 1e-3 * torch.randn(p.shape, generator=gen, dtype=p.dtype)
                     p.add_(p.grad + noise, alpha=-group["lr"])
         return loss
+
+
+class ClosureFreeSGD(torch.optim.Optimizer):
+    """SGD that never calls the closure: it reads the gradients the caller has set."""
+
+    def __init__(self, params, lr=1e-2):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+class StepSelfSGD(ClosureFreeSGD):
+    """The same SGD, with a ``step(self)`` that takes no closure at all."""
+
+    def step(self):
+        super().step()
+
+
+class NoOp(ClosureFreeSGD):
+    """A ``step`` that does nothing: the parameters never move."""
+
+    def step(self, closure=None):
+        return None
+
+
+class ColumnNormalisedSGD(ClosureFreeSGD):
+    """SGD with each column of the gradient divided by its norm: the columns are a basis."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                norms = torch.linalg.vector_norm(p.grad, dim=0, keepdim=True)
+                p.add_(p.grad / norms, alpha=-group["lr"])
+
+
+USER_OPTIMIZERS = {
+    ClosureFreeSGD: EQUIVARIANT,  # plain SGD: G ↦ G Q under (U Q, V Q)
+    StepSelfSGD: EQUIVARIANT,
+    NoOp: INCONCLUSIVE,  # nothing moved, so nothing was measured
+    ColumnNormalisedSGD: BREAKS,  # column norms of G Q are not those of G
+}
+
+
+@pytest.mark.parametrize(
+    ("cls", "verdict"), list(USER_OPTIMIZERS.items()), ids=[c.__name__ for c in USER_OPTIMIZERS]
+)
+def test_user_optimizer_gets_its_verdict_whether_or_not_step_takes_the_closure(cls, verdict):
+    report = check_equivariance(cls, **FAST)
+    assert report.verdict == verdict, report.explanation
+    assert report.missing_gradients == []
+
+
+def test_an_optimizer_that_does_not_move_is_inconclusive_and_says_so():
+    report = check_equivariance(NoOp, **FAST)
+    assert report.factors_moved == 0.0 and report.moved == 0.0
+    assert report.explanation.startswith("the optimizer did not move the parameters: ")
+
+
+def test_a_base_that_barely_moves_is_not_certified():
+    # Adam breaks (above); at lr 1e-11 its twins stay within 1e-9 only because nothing moves
+    report = check_equivariance("adam", lr=1e-11, **FAST)
+    assert max(max(row) for row in report.distances["gauge"]) <= report.tolerance
+    assert report.verdict == INCONCLUSIVE and "100 × the tolerance" in report.explanation
+
+
+def _report(**fields) -> EquivarianceReport:
+    steps = 2
+    return EquivarianceReport(
+        optimizer="synthetic", hyperparameters={}, group="Orthogonal(k=3)", problem="sensing",
+        dtype="float64", steps=steps, draws=1, seed=0, noise_scale=1e-7,
+        distances={"gauge": [[1e-15] * steps], "identity": [[0.0] * steps],
+                   "noise": [[1e-7] * steps]},
+        factor_distances=[[0.0] * steps], moved=0.5, tolerance=1e-9, **fields,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"missing_gradients": [1]}, "parameter(s) 1 have no gradient"),
+        ({"factors_moved": 0.5 * STILL_ULPS * EPS64}, "did not move the parameters"),
+    ],
+    ids=["missing-gradient", "below-floor"],
+)
+def test_gauge_twin_at_round_off_is_not_equivariant_when_nothing_was_measured(fields, reason):
+    assert _verdict(_report(factors_moved=0.5), EPS64)[0] == EQUIVARIANT
+    verdict, explanation = _verdict(_report(**{"factors_moved": 0.5, **fields}), EPS64)
+    assert verdict == INCONCLUSIVE and reason in explanation
+
+
+def test_module_in_the_current_directory_is_found_and_sys_path_restored(tmp_path, monkeypatch):
+    (tmp_path / "gl_cwd_opts.py").write_text(
+        "from torch.optim import SGD\n\nclass MySGD(SGD):\n    pass\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    before = list(sys.path)
+    report = check_equivariance("gl_cwd_opts:MySGD", steps=2, draws=1)
+    assert report.optimizer == "gl_cwd_opts:MySGD" and report.verdict == EQUIVARIANT
+    assert sys.path == before
+
+
+def test_a_module_raising_on_import_gives_a_value_error_naming_target_and_cause(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "gl_broken_opts.py").write_text("raise RuntimeError('no GPU here')\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"'gl_broken_opts:X'.*RuntimeError: no GPU here"):
+        check_equivariance("gl_broken_opts:X")
+
+
+@pytest.mark.parametrize(
+    ("target", "what"),
+    [("json:dumps", "a function"), ("json:JSONEncoder", "json.encoder.JSONEncoder")],
+)
+def test_a_target_that_is_not_an_optimizer_gives_a_type_error_naming_it(target, what):
+    with pytest.raises(TypeError, match=rf"{target!r} is .*{what}.*not a torch\.optim\.Optimizer"):
+        check_equivariance(target)
 
 
 @pytest.mark.parametrize(("rule", "group"), CASES)

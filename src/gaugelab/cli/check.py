@@ -54,7 +54,8 @@ def check(
         str,
         typer.Argument(
             help="A zoo name (see `gaugelab optimizers`) or a class as 'package.module:Class', "
-            "e.g. torch.optim:Muon."
+            "e.g. torch.optim:Muon, or myopts:MyOpt for a myopts.py in the current directory "
+            "(searched first, as `python -m` does)."
         ),
     ],
     group: Annotated[
@@ -86,6 +87,9 @@ def check(
     Runs the base problem and three twins from the same zero state, compares the represented
     objects (U Vᵀ; logits and QK invariants for --problem attention) after every step, and
     gives a verdict: equivariant, breaks, precision-limited, nondeterministic or inconclusive.
+    The check computes the gradients itself before every step(), so an optimizer whose step()
+    ignores the closure, or takes none, is checked too; one that does not move the parameters
+    is inconclusive, never equivariant.
     """
     if dtype not in _DTYPES:
         raise fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")

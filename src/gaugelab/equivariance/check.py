@@ -19,7 +19,10 @@ import importlib
 import inspect
 import json
 import math
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -33,11 +36,29 @@ from gaugelab.equivariance.verdicts import (
     NONDETERMINISTIC,
     PRECISION_LIMITED,
 )
+from gaugelab.errors import NonFiniteError
 from gaugelab.gauge import GROUPS, Group, make_group
 from gaugelab.optim import OPTIMIZERS, claim, make_optimizer
 
 TWINS = ("gauge", "identity", "noise")
 DEFAULT_LR = 3e-2  # docs/protocols.md §2: the identities run at η = 3e-2 unless told otherwise
+
+STILL_ULPS = 4096
+"""The base factors "did not move" when their relative change stays below ``STILL_ULPS · eps``.
+
+That is ≈ 9.1e-13 in float64 and ≈ 4.9e-4 in float32. Round-off alone — factors re-expressed
+in another basis and back, or an update that is zero up to rounding — changes them by a few to
+a few hundred ulps; any step the check is meant to measure changes them far more (at the
+default η = 3e-2 the zoo moves the factors by ~1e-1). A base that did not move makes every twin
+distance vacuous, so such a run is never ``equivariant``.
+"""
+
+INFORMATIVE = 100.0
+"""``equivariant`` also needs the base's represented objects to move by ``INFORMATIVE ×`` the
+tolerance (1e-7 in float64, 1e-3 in float32): a twin that barely moves stays within tolerance
+of a base that barely moves whatever the rule, so the tolerance must be at most 1% of the
+motion it is compared against.
+"""
 
 
 _KNOWN_CAUSES = {
@@ -66,6 +87,11 @@ class EquivarianceReport:
         moved: relative distance (the same measure, so at most 2) between the base's
             represented objects after the last step and at the start: a check that the
             parameters genuinely moved.
+        factors_moved: the largest relative distance, over steps, between the base's
+            parameters (all flattened into one vector) and their starting values; ``None`` in
+            a report built by hand.
+        missing_gradients: indices of parameters whose gradient was still ``None`` after the
+            check's own backward pass (the loss does not reach them), in any run.
         tolerance: the ``equivariant`` threshold used for this dtype.
         verdict: ``equivariant``, ``breaks``, ``precision-limited``, ``nondeterministic`` or
             ``inconclusive``.
@@ -86,6 +112,8 @@ class EquivarianceReport:
     factor_distances: list[list[float]]
     moved: float
     tolerance: float
+    factors_moved: float | None = None
+    missing_gradients: list[int] = field(default_factory=list)
     verdict: str = INCONCLUSIVE
     explanation: str = ""
     claimed: str | None = None
@@ -105,16 +133,59 @@ class EquivarianceReport:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
 
-def resolve_optimizer(
-    optimizer, hyper: dict
-) -> tuple[str, Callable[[list], torch.optim.Optimizer]]:
-    """Turn a zoo name, a class, or ``"package.module:Class"`` into a named factory.
+@contextmanager
+def _cwd_first() -> Iterator[None]:
+    """The current directory first on ``sys.path`` for one import, as ``python -m`` puts it."""
+    cwd = os.getcwd()
+    sys.path.insert(0, cwd)
+    importlib.invalidate_caches()  # a module written since start-up is found
+    try:
+        yield
+    finally:
+        if cwd in sys.path:
+            sys.path.remove(cwd)  # the first occurrence: ours, unless the import added one
 
-    Raises:
-        ValueError: unknown zoo name, malformed ``module:Class``, or a module or attribute
-            that cannot be imported.
-        TypeError: the object is not a ``torch.optim.Optimizer`` subclass.
-    """
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _describe(obj) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__module__}.{obj.__qualname__}"
+    if isinstance(obj, torch.optim.Optimizer):
+        return f"an instance of {type(obj).__qualname__} (give the class, not an instance)"
+    return f"a {type(obj).__name__}"
+
+
+def _import_target(target: str):
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"check_equivariance: optimizer={target!r}; allowed: 'module:Class'")
+    try:
+        with _cwd_first():
+            module = importlib.import_module(module_name)
+    except (Exception, SystemExit) as exc:  # whatever the user's module raises on import
+        raise ValueError(
+            f"check_equivariance: cannot import module {module_name!r} for {target!r} "
+            f"({_one_line(exc)}); allowed: a zoo name or 'module:Class' importable from the "
+            f"current directory or sys.path"
+        ) from None
+    if not hasattr(module, attr):
+        public = sorted(
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
+        )
+        raise ValueError(
+            f"check_equivariance: module {module_name!r} has no {attr!r}; optimizers "
+            f"there: {', '.join(public) or 'none'}"
+        )
+    return getattr(module, attr)
+
+
+def _resolve(optimizer, hyper: dict) -> tuple[str, type | None, Callable]:
     if isinstance(optimizer, str) and ":" not in optimizer:
         if optimizer not in OPTIMIZERS:
             known = ", ".join(sorted(OPTIMIZERS))
@@ -123,34 +194,14 @@ def resolve_optimizer(
                 f"or give a class as 'package.module:Class'"
             )
         make_optimizer(optimizer, [torch.zeros(2, 2, requires_grad=True)], **hyper)  # validate
-        return optimizer, lambda params: make_optimizer(optimizer, params, **hyper)
+        return optimizer, None, lambda params: make_optimizer(optimizer, params, **hyper)
+    target = repr(optimizer)  # 'myopts:MyOpt', or the object given
     if isinstance(optimizer, str):
-        module_name, _, attr = optimizer.partition(":")
-        if not module_name or not attr:
-            raise ValueError(
-                f"check_equivariance: optimizer={optimizer!r}; allowed: 'module:Class'"
-            )
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ValueError(
-                f"check_equivariance: cannot import module {module_name!r} ({exc}); allowed: a "
-                f"zoo name or an importable 'package.module:Class'"
-            ) from None
-        if not hasattr(module, attr):
-            public = sorted(
-                n
-                for n, v in vars(module).items()
-                if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
-            )
-            raise ValueError(
-                f"check_equivariance: module {module_name!r} has no {attr!r}; optimizers "
-                f"there: {', '.join(public) or 'none'}"
-            )
-        optimizer = getattr(module, attr)
+        optimizer = _import_target(optimizer)
     if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
         raise TypeError(
-            f"check_equivariance: optimizer={optimizer!r} is not a torch.optim.Optimizer subclass"
+            f"check_equivariance: optimizer {target} is {_describe(optimizer)}, not a "
+            f"torch.optim.Optimizer subclass"
         )
     cls = optimizer
     name = f"{cls.__module__}:{cls.__qualname__}"
@@ -167,24 +218,90 @@ def resolve_optimizer(
             f"check_equivariance: unknown hyperparameter(s) {', '.join(unknown)} for {name}; "
             f"allowed: {', '.join(allowed)}"
         )
-    return name, lambda params: cls(params, **hyper)
+    return name, cls, lambda params: cls(params, **hyper)
+
+
+def resolve_optimizer(
+    optimizer, hyper: dict
+) -> tuple[str, Callable[[list], torch.optim.Optimizer]]:
+    """Turn a zoo name, a class, or ``"package.module:Class"`` into a named factory.
+
+    ``module`` is imported with the current directory first on ``sys.path`` (as ``python -m``
+    does), so ``myopts:MyOpt`` finds a ``myopts.py`` beside the caller; ``sys.path`` is restored
+    afterwards.
+
+    Raises:
+        ValueError: unknown zoo name, malformed ``module:Class``, a module that cannot be
+            imported (not found, or raising on import: the message names the target and the
+            exception), or a missing attribute.
+        TypeError: the object is not a ``torch.optim.Optimizer`` subclass.
+    """
+    name, _, factory = _resolve(optimizer, hyper)
+    return name, factory
+
+
+def _closure_style(step: Callable) -> str | None:
+    """How ``step`` takes a closure: ``"positional"``, ``"keyword"``, or ``None`` (none)."""
+    try:
+        parameters = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):
+        return "positional"  # no signature to read: torch's convention, step(closure=None)
+    for p in parameters:
+        if p.name == "closure":
+            return "keyword" if p.kind is p.KEYWORD_ONLY else "positional"
+    first = parameters[0] if parameters else None
+    if first is not None and (
+        first.kind is first.VAR_POSITIONAL
+        or (first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD)
+            and first.default is first.empty)
+    ):  # fmt: skip
+        return "positional"
+    return None
 
 
 def _run(factory, problem, initial: list[torch.Tensor], steps: int):
+    """``steps`` steps from ``initial``; the check itself sets every gradient before each step.
+
+    Returns ``(trajectory, missing)``: the parameters after each step, and the indices of the
+    parameters whose gradient was ``None`` after a backward pass.
+    """
     params = [p.clone().requires_grad_(True) for p in initial]
     opt = factory(params)
+    style = _closure_style(opt.step)
+    missing: set[int] = set()
+    step = 0
 
-    def closure():
-        opt.zero_grad()
-        loss = problem.loss(params)
-        loss.backward()
-        return loss
+    def gradients() -> torch.Tensor:
+        for p in params:
+            p.grad = None
+        with torch.enable_grad():
+            loss = problem.loss(params)
+            loss.backward()
+        if not bool(torch.isfinite(loss)):
+            raise NonFiniteError(f"check_equivariance: the loss is {loss.item()} at step {step}")
+        for i, p in enumerate(params):
+            if p.grad is None:
+                missing.add(i)
+            elif not bool(torch.isfinite(p.grad).all()):
+                raise NonFiniteError(
+                    f"check_equivariance: non-finite gradient of parameter {i} (shape "
+                    f"{tuple(p.shape)}) at step {step}"
+                )
+        return loss.detach()
 
     trajectory = []
-    for _ in range(steps):
-        opt.step(closure)
+    for step in range(1, steps + 1):
+        gradients()  # whether or not step() calls the closure, the gradients are set
+        if style == "positional":
+            opt.step(gradients)
+        elif style == "keyword":
+            opt.step(closure=gradients)
+        else:
+            opt.step()
+        if not all(bool(torch.isfinite(p).all()) for p in params):
+            raise NonFiniteError(f"check_equivariance: step {step} made a parameter non-finite")
         trajectory.append([p.detach().clone() for p in params])
-    return trajectory
+    return trajectory, missing
 
 
 def _group(group, k: int) -> Group:
@@ -218,9 +335,14 @@ def check_equivariance(
 ) -> EquivarianceReport:
     """Run the twin triplet for an optimizer and give a verdict.
 
+    Before every ``step()`` the check sets the gradients itself (clear, loss, backward), then
+    calls ``step(closure)`` — or ``step()`` when the signature takes no closure — so a rule
+    that ignores the closure is measured like any other.
+
     Args:
         optimizer: a zoo name (``"muon"``), a ``torch.optim.Optimizer`` subclass, or the
-            string ``"package.module:Class"``.
+            string ``"package.module:Class"`` (imported with the current directory first on
+            ``sys.path``, as ``python -m`` does).
         group: a group name (``orthogonal``, ``special-orthogonal``, ``signed-permutation``,
             ``torus``, ``general-linear``, ``trivial``, …) or a :class:`gaugelab.gauge.Group`
             on the problem's k.
@@ -238,15 +360,21 @@ def check_equivariance(
     Returns:
         An :class:`EquivarianceReport`. Verdicts: ``nondeterministic`` (identity twin ≠ 0
         at some step), ``equivariant`` (gauge twin ≤ tolerance — 1e-9 in float64, 1e-5 in
-        float32 — at every step), ``breaks`` (gauge twin ≥ 1e-6 and ≥ 100 × the noise twin at
-        step 1 for every draw), ``precision-limited`` (gauge and noise twins within 10× of
-        each other and far above round-off), else ``inconclusive``.
+        float32 — at every step, every parameter had a gradient, the base factors moved by at
+        least :data:`STILL_ULPS` ulps and its represented objects by at least
+        :data:`INFORMATIVE` × the tolerance; otherwise ``inconclusive``), ``breaks`` (gauge
+        twin ≥ 1e-6 and ≥ 100 × the noise twin at step 1 for every draw), ``precision-limited``
+        (gauge and noise twins within 10× of each other and far above round-off), else
+        ``inconclusive``.
 
     Raises:
-        ValueError: unknown optimizer, group or problem; bad hyperparameters; steps, draws or
-            noise_scale out of range; dtype not float32/float64.
-        TypeError: the optimizer is not a ``torch.optim.Optimizer`` subclass.
-        NonFiniteError: a run produced a NaN/inf loss or gradient.
+        ValueError: unknown optimizer, group or problem; a ``module:Class`` whose module
+            cannot be imported (the message names the target and what the import raised) or
+            lacks the class; bad hyperparameters; steps, draws or noise_scale out of range;
+            dtype not float32/float64.
+        TypeError: the optimizer is not a ``torch.optim.Optimizer`` subclass (the message
+            names it).
+        NonFiniteError: a run produced a NaN/inf loss, gradient or parameter.
 
     Source: singh2026lossbasis, Def. 3.1 (gauge equivariance) and §6 (the twin triplet).
     """
@@ -269,7 +397,7 @@ def check_equivariance(
     ):
         raise ValueError(f"check_equivariance: noise_scale={noise_scale!r}; allowed: > 0")
     hyper.setdefault("lr", DEFAULT_LR)
-    name, factory = resolve_optimizer(optimizer, hyper)
+    name, cls, factory = _resolve(optimizer, hyper)
     task = make_problem(problem, dtype, seed)
     G = _group(group, task.k)
     initial = task.initial()
@@ -278,21 +406,26 @@ def check_equivariance(
     def compare(run, reference):
         return [task.distance(p, b) for p, b in zip(run, reference, strict=True)]
 
-    base = _run(factory, task, initial, steps)
-    identity_row = compare(
-        _run(factory, task, task.transform(initial, task.identity()), steps), base
-    )
+    missing: set[int] = set()
+
+    def run(start):
+        trajectory, no_grad = _run(factory, task, start, steps)
+        missing.update(no_grad)
+        return trajectory
+
+    base = run(initial)
+    identity_row = compare(run(task.transform(initial, task.identity())), base)
     distances: dict[str, list[list[float]]] = {t: [] for t in TWINS}
     factor_distances = []
     for _ in range(draws):
         A = task.sample(G, gen)
-        gauge = _run(factory, task, task.transform(initial, A), steps)
+        gauge = run(task.transform(initial, A))
         noisy = [
             p + noise_scale * torch.randn(p.shape, generator=gen, dtype=dtype) for p in initial
         ]
         distances["gauge"].append(compare(gauge, base))
         distances["identity"].append(list(identity_row))
-        distances["noise"].append(compare(_run(factory, task, noisy, steps), base))
+        distances["noise"].append(compare(run(noisy), base))
         factor_distances.append(
             [
                 float(relative_distance(torch.cat([x.flatten() for x in task.align(p, A)]),
@@ -301,6 +434,10 @@ def check_equivariance(
             ]
         )  # fmt: skip
     moved = task.distance(base[-1], initial)
+    flat = torch.cat([x.flatten() for x in initial])
+    factors_moved = max(
+        float(relative_distance(torch.cat([x.flatten() for x in b]), flat)) for b in base
+    )
     tolerance = 1e-9 if dtype == torch.float64 else 1e-5
     report = EquivarianceReport(
         optimizer=name,
@@ -316,30 +453,23 @@ def check_equivariance(
         factor_distances=factor_distances,
         moved=moved,
         tolerance=tolerance,
+        factors_moved=factors_moved,
+        missing_gradients=sorted(missing),
     )
     report.verdict, report.explanation = _verdict(report, torch.finfo(dtype).eps)
     if name in OPTIMIZERS and isinstance(group, str) and group in OPTIMIZERS[name].claims:
         zoo_hyper = {k: v for k, v in hyper.items() if k != "lr"}
         report.claimed = claim(name, group, **zoo_hyper).property
-    cls_name = _class_name(optimizer)
+    cls_name = "" if cls is None else f"{cls.__module__}.{cls.__qualname__}"
     if cls_name in _KNOWN_CAUSES and report.verdict != EQUIVARIANT:
         report.notes.append(_KNOWN_CAUSES[cls_name])
         report.explanation += " — through its arithmetic, not its rule (see the note)"
-    if moved < 1e-3:
+    if moved < 1e-3 and _unmeasured(report, torch.finfo(dtype).eps) is None:
         report.notes.append(
             f"the base represented object moved only {moved:.2e} (relative): the learning rate "
             f"may be too small for the check to be informative"
         )
     return report
-
-
-def _class_name(optimizer) -> str:
-    if isinstance(optimizer, str) and ":" in optimizer:
-        module_name, _, attr = optimizer.partition(":")
-        optimizer = getattr(importlib.import_module(module_name), attr)
-    if isinstance(optimizer, type):
-        return f"{optimizer.__module__}.{optimizer.__qualname__}"
-    return ""
 
 
 def _verdict(report: EquivarianceReport, eps: float) -> tuple[str, str]:
@@ -353,7 +483,10 @@ def _verdict(report: EquivarianceReport, eps: float) -> tuple[str, str]:
             f"{worst:.2e}: the optimizer or the loss is not deterministic, so no gauge claim can "
             f"be made"
         )
+    unmeasured = _unmeasured(report, eps)
     if worst_gauge <= report.tolerance:
+        if unmeasured is not None:
+            return INCONCLUSIVE, unmeasured
         return EQUIVARIANT, (
             f"the gauge twin stays within {worst_gauge:.2e} of the base at every step "
             f"(tolerance {report.tolerance:.0e}) while the base moves {report.moved:.2e}"
@@ -376,7 +509,35 @@ def _verdict(report: EquivarianceReport, eps: float) -> tuple[str, str]:
             f"round-off ({floor:.0e}): the update amplifies or injects rounding, so the check "
             f"cannot separate basis dependence from round-off"
         )
+    if unmeasured is not None:
+        return INCONCLUSIVE, unmeasured
     return INCONCLUSIVE, (
         f"the gauge twin reaches {worst_gauge:.2e} (above tolerance {report.tolerance:.0e}) but "
         f"neither breaks at step 1 (≥ 1e-6 and ≥ 100× the noise twin) nor tracks the noise twin"
     )
+
+
+def _unmeasured(report: EquivarianceReport, eps: float) -> str | None:
+    """Why the twin distances measure nothing (so no ``equivariant``), or ``None``."""
+    if report.missing_gradients:
+        which = ", ".join(map(str, report.missing_gradients))
+        return (
+            f"not every parameter was measured: parameter(s) {which} have no gradient after the "
+            f"check's backward pass (the loss does not reach them)"
+        )
+    floor = STILL_ULPS * eps
+    if report.factors_moved is not None and report.factors_moved < floor:
+        return (
+            f"the optimizer did not move the parameters: the base factors change by at most "
+            f"{report.factors_moved:.2e} (relative) in {report.steps} steps, below the floor "
+            f"{floor:.1e} ({STILL_ULPS} ulps of {report.dtype}), although the check set every "
+            f"gradient before each step(); twins that do not move agree whatever the rule"
+        )
+    needed = INFORMATIVE * report.tolerance
+    if report.moved < needed:
+        return (
+            f"the base's represented objects move only {report.moved:.2e} (relative), less than "
+            f"{INFORMATIVE:.0f} × the tolerance ({needed:.0e}): twins that barely move stay "
+            f"within tolerance whatever the rule; raise the learning rate or the steps"
+        )
+    return None

@@ -1,0 +1,104 @@
+"""gaugelab check on a user's own optimizer: a module in the current directory, by subprocess."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GAUGELAB = Path(sys.executable).with_name("gaugelab")  # the console script beside the venv's python
+
+MYOPTS = '''
+import torch
+
+
+class ClosureFreeSGD(torch.optim.Optimizer):
+    """SGD that never calls the closure: it reads the gradients the caller has set."""
+
+    def __init__(self, params, lr=1e-2):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+class StepSelfSGD(ClosureFreeSGD):
+    def step(self):
+        super().step()
+
+
+class NoOp(ClosureFreeSGD):
+    def step(self, closure=None):
+        return None
+
+
+class ColumnNormalisedSGD(ClosureFreeSGD):
+    """Each column of the gradient divided by its norm."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.add_(p.grad / torch.linalg.vector_norm(p.grad, dim=0, keepdim=True),
+                       alpha=-group["lr"])
+
+
+class NotAnOptimizer:
+    pass
+'''
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("user")
+    (path / "myopts.py").write_text(MYOPTS)
+    (path / "broken.py").write_text("import torch\nraise RuntimeError('no GPU here')\n")
+    return path
+
+
+def gaugelab_check(workdir, *args):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [str(GAUGELAB), "check", *args], cwd=workdir, env=env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("target", "verdict"),
+    [
+        ("myopts:ClosureFreeSGD", "equivariant"),
+        ("myopts:StepSelfSGD", "equivariant"),
+        ("myopts:NoOp", "inconclusive — the optimizer did not move the parameters"),
+        ("myopts:ColumnNormalisedSGD", "breaks"),
+    ],
+)
+def test_check_finds_a_module_in_the_current_directory_and_gives_its_verdict(
+    workdir, target, verdict
+):
+    result = gaugelab_check(workdir, target, "--steps", "3", "--draws", "1")
+    assert result.returncode == 0, result.stderr
+    assert f"verdict: {verdict}" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize(
+    ("target", "fragments"),
+    [
+        ("broken:Opt", ("cannot import module 'broken'", "'broken:Opt'", "RuntimeError: no GPU")),
+        ("myopts:NotAnOptimizer", ("'myopts:NotAnOptimizer'", "not a torch.optim.Optimizer")),
+    ],
+    ids=["raises-on-import", "not-an-optimizer"],
+)
+def test_check_reports_a_bad_target_in_one_line_with_exit_code_2(workdir, target, fragments):
+    result = gaugelab_check(workdir, target)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert all(f in lines[0] for f in fragments), lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
