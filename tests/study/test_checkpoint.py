@@ -205,3 +205,24 @@ def test_unstorable_values_are_refused(tmp_path):
     with pytest.raises(ValueError, match="allowed: integers ≥ 0"):
         checkpoint_at(tmp_path, -1)
     assert not list(tmp_path.iterdir())
+
+
+def test_prune_keeps_the_latest_checkpoints_and_refuses_keep_zero(tmp_path):
+    import pytest
+
+    from gaugelab.study.checkpoint import latest_checkpoint, prune_checkpoints, save_checkpoint
+
+    for step in (1, 10, 5):
+        save_checkpoint(tmp_path, step=step, model_state={"w": torch.full((2,), float(step))},
+                        optimizer_state={}, rng_states={}, data_position=step)  # fmt: skip
+    removed = prune_checkpoints(tmp_path, keep=2)
+    assert [p.name for p in removed] == ["step-00000001.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "step-00000005.json", "step-00000005.safetensors",
+        "step-00000010.json", "step-00000010.safetensors",
+    ]  # fmt: skip
+    prune_checkpoints(tmp_path)
+    assert latest_checkpoint(tmp_path).name == "step-00000010.json"
+    assert len(list(tmp_path.iterdir())) == 2
+    with pytest.raises(ValueError, match="keep=0"):
+        prune_checkpoints(tmp_path, keep=0)

@@ -35,7 +35,13 @@ import torch
 
 from gaugelab.study.store import StoreError
 
-__all__ = ["Checkpoint", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "Checkpoint",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "save_checkpoint",
+]
 
 FORMAT = "gaugelab-checkpoint"
 FORMAT_VERSION = 1
@@ -249,6 +255,27 @@ def latest_checkpoint(directory: str | os.PathLike[str]) -> Path | None:
         return None
     found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.fullmatch(p.name))]
     return max(found)[1] if found else None
+
+
+def prune_checkpoints(directory: str | os.PathLike[str], keep: int = 1) -> list[Path]:
+    """Delete all but the ``keep`` highest-step checkpoints in ``directory`` (both files of
+    each); returns the JSON paths removed. A resumed run needs only the latest.
+
+    Raises:
+        ValueError: ``keep < 1``.
+    """
+    if keep < 1:
+        raise ValueError(f"prune_checkpoints: keep={keep}; allowed: an integer >= 1")
+    folder = Path(directory)
+    if not folder.is_dir():
+        return []
+    found = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.fullmatch(p.name)))
+    removed = []
+    for _, path in found[:-keep]:
+        path.unlink()  # the commit marker first: a half-pruned checkpoint is no checkpoint
+        path.with_suffix(".safetensors").unlink(missing_ok=True)
+        removed.append(path)
+    return removed
 
 
 def load_checkpoint(path_or_directory: str | os.PathLike[str]) -> Checkpoint:

@@ -35,6 +35,7 @@ from gaugelab.study.checkpoint import (
     Checkpoint,
     latest_checkpoint,
     load_checkpoint,
+    prune_checkpoints,
     save_checkpoint,
 )
 from gaugelab.study.spec import ExperimentSpec
@@ -156,8 +157,9 @@ class RunContext:
         extra: dict[str, Any] | None = None,
     ) -> Path:
         """Write the checkpoint of ``step`` into :attr:`checkpoints` (or its ``scope`` folder;
-        see :func:`gaugelab.study.checkpoint.save_checkpoint` for the arguments and errors)."""
-        return save_checkpoint(
+        see :func:`gaugelab.study.checkpoint.save_checkpoint` for the arguments and errors),
+        then delete the older ones there: a resumed run needs only the latest."""
+        path = save_checkpoint(
             self._folder(scope),
             step=step,
             model_state=model_state,
@@ -166,6 +168,8 @@ class RunContext:
             data_position=data_position,
             extra=extra,
         )
+        prune_checkpoints(self._folder(scope), keep=1)
+        return path
 
 
 def spec_reference(spec: ExperimentSpec) -> tuple[str, str, str]:
