@@ -154,24 +154,6 @@ def test_module_in_the_current_directory_is_found_and_sys_path_restored(tmp_path
     assert sys.path == before
 
 
-def test_a_module_raising_on_import_gives_a_value_error_naming_target_and_cause(
-    tmp_path, monkeypatch
-):
-    (tmp_path / "gl_broken_opts.py").write_text("raise RuntimeError('no GPU here')\n")
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=r"'gl_broken_opts:X'.*RuntimeError: no GPU here"):
-        check_equivariance("gl_broken_opts:X")
-
-
-@pytest.mark.parametrize(
-    ("target", "what"),
-    [("json:dumps", "a function"), ("json:JSONEncoder", "json.encoder.JSONEncoder")],
-)
-def test_a_target_that_is_not_an_optimizer_gives_a_type_error_naming_it(target, what):
-    with pytest.raises(TypeError, match=rf"{target!r} is .*{what}.*not a torch\.optim\.Optimizer"):
-        check_equivariance(target)
-
-
 @pytest.mark.parametrize(("rule", "group"), CASES)
 def test_check_equivariance_returns_the_claimed_verdict(rule, group):
     report = check_equivariance(rule, group=group, **FAST)
@@ -230,26 +212,17 @@ def test_a_class_object_is_accepted_and_named_by_its_registry_name():
 
 @pytest.mark.parametrize(
     ("optimizer", "kwargs", "match"),
-    [
-        ("no.such.module:X", {}, "no.such.module"),
-        ("torch.optim:NotThere", {}, "NotThere"),
-        ("adamm", {}, "known rules: .*adam, adam-p"),
+    [  # a bad optimizer target: tests/equivariance/test_targets.py
         ("adam", {"group": "bogus"}, "group"),
         ("adam", {"problem": "bogus"}, "problem"),
         ("adam", {"steps": 0}, "steps"),
         ("adam", {"dtype": torch.int64}, "dtype"),
     ],
-    ids=["module", "attribute", "rule", "group", "problem", "steps", "dtype"],
+    ids=["group", "problem", "steps", "dtype"],
 )
 def test_check_equivariance_rejects_bad_arguments_with_value_error(optimizer, kwargs, match):
     with pytest.raises(ValueError, match=match):
         check_equivariance(optimizer, **kwargs)
-
-
-@pytest.mark.parametrize("optimizer", [dict, "collections:OrderedDict"])
-def test_check_equivariance_rejects_a_non_optimizer_class_with_type_error(optimizer):
-    with pytest.raises(TypeError, match=r"torch\.optim\.Optimizer"):
-        check_equivariance(optimizer)
 
 
 @pytest.mark.parametrize("rule", ["gd", "adam", "muon", "shampoo"])

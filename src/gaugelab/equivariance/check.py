@@ -10,25 +10,24 @@ The represented objects (``W = U Vᵀ``; for the attention problem the logits an
 are gauge-invariant, so each twin is compared with the base by their relative Frobenius
 distance after every step (:func:`gaugelab.equivariance.distance.relative_distance`; the
 objects: ``gaugelab.equivariance.problems``). The verdict names and their twin-protocol
-counterparts: ``gaugelab.equivariance.verdicts``.
+counterparts: ``gaugelab.equivariance.verdicts``; how a zoo name or ``module:Class`` becomes the
+optimizer that runs: ``gaugelab.equivariance.targets``.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import math
-import os
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from gaugelab.equivariance.distance import relative_distance
 from gaugelab.equivariance.problems import make_problem
+from gaugelab.equivariance.targets import resolve_optimizer as resolve_optimizer  # re-exported
+from gaugelab.equivariance.targets import resolve_target
 from gaugelab.equivariance.verdicts import (
     BREAKS,
     EQUIVARIANT,
@@ -38,7 +37,7 @@ from gaugelab.equivariance.verdicts import (
 )
 from gaugelab.errors import NonFiniteError
 from gaugelab.gauge import GROUPS, Group, make_group
-from gaugelab.optim import OPTIMIZERS, claim, make_optimizer
+from gaugelab.optim import OPTIMIZERS, claim
 
 TWINS = ("gauge", "identity", "noise")
 DEFAULT_LR = 3e-2  # docs/protocols.md §2: the identities run at η = 3e-2 unless told otherwise
@@ -131,113 +130,6 @@ class EquivarianceReport:
     def to_json(self) -> str:
         """The report as JSON (``gaugelab check --json``)."""
         return json.dumps(self.to_dict(), indent=2, default=str)
-
-
-@contextmanager
-def _cwd_first() -> Iterator[None]:
-    """The current directory first on ``sys.path`` for one import, as ``python -m`` puts it."""
-    cwd = os.getcwd()
-    sys.path.insert(0, cwd)
-    importlib.invalidate_caches()  # a module written since start-up is found
-    try:
-        yield
-    finally:
-        if cwd in sys.path:
-            sys.path.remove(cwd)  # the first occurrence: ours, unless the import added one
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _describe(obj) -> str:
-    if isinstance(obj, type):
-        return f"the class {obj.__module__}.{obj.__qualname__}"
-    if isinstance(obj, torch.optim.Optimizer):
-        return f"an instance of {type(obj).__qualname__} (give the class, not an instance)"
-    return f"a {type(obj).__name__}"
-
-
-def _import_target(target: str):
-    module_name, _, attr = target.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"check_equivariance: optimizer={target!r}; allowed: 'module:Class'")
-    try:
-        with _cwd_first():
-            module = importlib.import_module(module_name)
-    except (Exception, SystemExit) as exc:  # whatever the user's module raises on import
-        raise ValueError(
-            f"check_equivariance: cannot import module {module_name!r} for {target!r} "
-            f"({_one_line(exc)}); allowed: a zoo name or 'module:Class' importable from the "
-            f"current directory or sys.path"
-        ) from None
-    if not hasattr(module, attr):
-        public = sorted(
-            n
-            for n, v in vars(module).items()
-            if isinstance(v, type) and issubclass(v, torch.optim.Optimizer)
-        )
-        raise ValueError(
-            f"check_equivariance: module {module_name!r} has no {attr!r}; optimizers "
-            f"there: {', '.join(public) or 'none'}"
-        )
-    return getattr(module, attr)
-
-
-def _resolve(optimizer, hyper: dict) -> tuple[str, type | None, Callable]:
-    if isinstance(optimizer, str) and ":" not in optimizer:
-        if optimizer not in OPTIMIZERS:
-            known = ", ".join(sorted(OPTIMIZERS))
-            raise ValueError(
-                f"check_equivariance: unknown optimizer {optimizer!r}; known rules: {known}; "
-                f"or give a class as 'package.module:Class'"
-            )
-        make_optimizer(optimizer, [torch.zeros(2, 2, requires_grad=True)], **hyper)  # validate
-        return optimizer, None, lambda params: make_optimizer(optimizer, params, **hyper)
-    target = repr(optimizer)  # 'myopts:MyOpt', or the object given
-    if isinstance(optimizer, str):
-        optimizer = _import_target(optimizer)
-    if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
-        raise TypeError(
-            f"check_equivariance: optimizer {target} is {_describe(optimizer)}, not a "
-            f"torch.optim.Optimizer subclass"
-        )
-    cls = optimizer
-    name = f"{cls.__module__}:{cls.__qualname__}"
-    for zoo_name, rule in OPTIMIZERS.items():
-        if rule.cls is cls:
-            name = zoo_name
-    allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "params")]
-    unknown = sorted(set(hyper) - set(allowed))
-    if unknown and not any(
-        p.kind is inspect.Parameter.VAR_KEYWORD
-        for p in inspect.signature(cls.__init__).parameters.values()
-    ):
-        raise ValueError(
-            f"check_equivariance: unknown hyperparameter(s) {', '.join(unknown)} for {name}; "
-            f"allowed: {', '.join(allowed)}"
-        )
-    return name, cls, lambda params: cls(params, **hyper)
-
-
-def resolve_optimizer(
-    optimizer, hyper: dict
-) -> tuple[str, Callable[[list], torch.optim.Optimizer]]:
-    """Turn a zoo name, a class, or ``"package.module:Class"`` into a named factory.
-
-    ``module`` is imported with the current directory first on ``sys.path`` (as ``python -m``
-    does), so ``myopts:MyOpt`` finds a ``myopts.py`` beside the caller; ``sys.path`` is restored
-    afterwards.
-
-    Raises:
-        ValueError: unknown zoo name, malformed ``module:Class``, a module that cannot be
-            imported (not found, or raising on import: the message names the target and the
-            exception), or a missing attribute.
-        TypeError: the object is not a ``torch.optim.Optimizer`` subclass.
-    """
-    name, _, factory = _resolve(optimizer, hyper)
-    return name, factory
 
 
 def _closure_style(step: Callable) -> str | None:
@@ -397,7 +289,7 @@ def check_equivariance(
     ):
         raise ValueError(f"check_equivariance: noise_scale={noise_scale!r}; allowed: > 0")
     hyper.setdefault("lr", DEFAULT_LR)
-    name, cls, factory = _resolve(optimizer, hyper)
+    name, cls, factory = resolve_target(optimizer, hyper)
     task = make_problem(problem, dtype, seed)
     G = _group(group, task.k)
     initial = task.initial()
