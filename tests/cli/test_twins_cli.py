@@ -88,3 +88,13 @@ def test_gaugelab_report_writes_the_twin_studys_own_report(tmp_path):
     assert "Relative logit distance of each twin to its base" in html  # the experiment's table
     assert "adam: basis-sensitive" in html  # and its stored verdict
     assert (out / "logit_distance.png").is_file()
+
+
+def test_a_study_holds_exactly_the_runs_it_asked_for(tmp_path):
+    store = tmp_path / "s.sqlite"
+    both = invoke("--steps", "1", "--optimizers", "adam,scalar-adam", "--store", store)
+    assert both.exit_code == 0, both.output
+    one = invoke("--steps", "1", "--optimizers", "adam", "--store", store)
+    assert one.exit_code == 0, one.output
+    assert "1 run(s) were already completed in the store: reused" in one.output
+    assert "scalar-adam" not in one.output  # the earlier study's other run is not shown

@@ -155,3 +155,29 @@ def test_a_bad_executor_is_a_one_line_error(tmp_path):
     assert result.exit_code == 2
     assert "--executor 'dask'; allowed: local, ray" in result.output
     assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--lr", "bogus=1e-3"), "--lr 'bogus=1e-3': no rule 'bogus'; rules with a grid: gd,"),
+        (("--tail", "0", "--tail", "0.1", "--study", "s"), "--study/--out name one study; 2"),
+    ],
+)
+def test_zoo_options_that_cannot_apply_are_one_line_errors(tmp_path, args, message):
+    store = tmp_path / "s.sqlite"
+    result = invoke("zoo", *SMALL, *args, "--store", str(store))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().startswith(f"error: {message}"), result.output
+    assert not store.exists()
+
+
+def test_a_report_folder_that_holds_a_report_is_refused_before_any_run(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "report.html").write_text("mine")
+    store = tmp_path / "s.sqlite"
+    result = invoke("zoo", *SMALL, "--rules", "gd", "--no-convex", "--store", str(store),
+                    "--out", str(out))  # fmt: skip
+    assert result.exit_code == 2 and "never overwritten" in result.output
+    assert (out / "report.html").read_text() == "mine" and not store.exists()

@@ -19,7 +19,7 @@ from gaugelab.errors import NonFiniteError
 from gaugelab.experiments import dial as dial_experiment
 from gaugelab.experiments import zoo as zoo_experiment
 from gaugelab.experiments.dial import DialSpec
-from gaugelab.experiments.zoo import ZooSpec
+from gaugelab.experiments.zoo import LearningRateGrids, ZooSpec
 from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
 from gaugelab.study.sweep import EXECUTORS
 
@@ -61,7 +61,11 @@ def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
         rule, sep, values = item.partition("=")
         if not sep or not rule.strip():
             raise ValueError(f"--lr {item!r}: expected RULE=lr1,lr2,… e.g. --lr adam=1e-4,1e-3")
-        grids[rule.strip().replace("-", "_")] = _floats(values, "--lr")
+        key = rule.strip().replace("-", "_")
+        if key not in LearningRateGrids.model_fields:
+            known = ", ".join(f.replace("_", "-") for f in LearningRateGrids.model_fields)
+            raise ValueError(f"--lr {item!r}: no rule {rule.strip()!r}; rules with a grid: {known}")
+        grids[key] = _floats(values, "--lr")
     return grids
 
 
@@ -175,6 +179,11 @@ def zoo(
         if decayed is not None:
             fields["decayed"] = _names(decayed)
         specs = [ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
+        if len(specs) > 1 and (study is not None or out is not None):
+            raise ValueError(
+                f"--study/--out name one study; {len(specs)} --tail values make {len(specs)} "
+                "studies (each named from its spec, each with its own report folder)"
+            )
         _executor(executor)
         _sizes(max_workers, threads)
     except ValueError as exc:
@@ -189,14 +198,14 @@ def zoo(
                 outcome = zoo_experiment.run_zoo(
                     spec,
                     store=store,
-                    study=study if len(specs) == 1 else None,
+                    study=study,
                     executor=executor,
                     max_workers=max_workers,
                     threads=threads,
                     address=address,
                     progress=progress.runs,
                     step_progress=progress.steps,
-                    report_dir=out if len(specs) == 1 else None,
+                    report_dir=out,
                 )
         except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
             raise fail(str(exc)) from None

@@ -82,7 +82,13 @@ def run_experiment(
     Raises:
         ValueError: a bad executor option, or a study name already used by another spec.
         StoreError: ``store`` is not a gaugelab run store.
+        FileExistsError: ``report_dir`` already holds a report (checked before any run).
     """
+    if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
+        raise FileExistsError(
+            f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
+            "(choose another folder)"
+        )
     swept = run_sweep(
         sweep,
         executor=executor,

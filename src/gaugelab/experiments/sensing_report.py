@@ -344,7 +344,8 @@ def dial_tables(result: DialResult) -> list[Table]:
     if result.gd is not None:
         arms += [(f"p={pt.p:g} − gd", seeds, pt.recovery, result.gd.recovery)
                  for pt in result.points]  # fmt: skip
-    paired = paired_table("recovery error between adjacent p and against gd, paired by seed", arms)
+    against = " and against gd" if result.gd is not None else ""
+    paired = paired_table(f"recovery error between adjacent p{against}, paired by seed", arms)
     return [per_p, fixed, *([paired] if paired is not None else [])]
 
 

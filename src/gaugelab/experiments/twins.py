@@ -12,6 +12,7 @@ Source: singh2026lossbasis, §6 (twin protocol); docs/protocols.md §5 and §6.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -218,8 +219,9 @@ def plan(
     """The sweep of twin runs: every optimizer × ``pairs`` (init seed, gauge draw) pairs.
 
     Pair ``i`` uses ``init_seed + i`` and ``gauge_seed + i`` (pair 0 is the protocol's). The
-    study is named ``twins-<10 hex of the base spec's identity>`` unless ``name`` is given, so
-    the same configuration always lands in the same study.
+    study is named ``twins-<10 hex of a digest of the base spec's identity, the optimizers and
+    the pairs>`` unless ``name`` is given, so the same request always lands in the same study
+    and a study holds exactly the runs of its request.
 
     Raises:
         ValueError: no optimizer, an unknown one, or ``pairs < 1``.
@@ -236,11 +238,14 @@ def plan(
         for i in range(pairs)
     ]
     study = TwinStudy(twin=base, merge=merge)
+    # the study is this sweep: the base spec, the optimizers and the pairs name it, so a later
+    # call with other optimizers is another study (its runs are still reused by identity)
+    key = json.dumps([study.identity(), list(optimizers), pairs])
     return Sweep(
         study,
         grid={"twin.optimizer": list(optimizers)},
         seeds=seeds,
-        name=name or f"twins-{study.identity()[:10]}",
+        name=name or f"twins-{hashlib.sha256(key.encode()).hexdigest()[:10]}",
     )
 
 
