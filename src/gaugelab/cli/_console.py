@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -13,8 +13,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from gaugelab.cli._errors import fail
+from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._study import StudyOutcome
 from gaugelab.study.report import Table, format_number
+from gaugelab.study.store import StoreError
 
 
 def wide_console() -> Console:
@@ -72,6 +75,19 @@ def run_bar(console: Console, description: str) -> Iterator[RunBars]:
     )
     with Progress(*columns, console=console) as bar:
         yield RunBars(bar, description)
+
+
+def run_with_bars(
+    console: Console, description: str, run: Callable[..., StudyOutcome], *args: Any, **options: Any
+) -> StudyOutcome:
+    """``run(*args, **options, progress=…, step_progress=…)`` under :func:`run_bar`; a bad
+    option, a store problem, a non-finite value or an existing report becomes one ``error:``
+    line (exit status 2)."""
+    try:
+        with run_bar(console, description) as bars:
+            return run(*args, **options, progress=bars.runs, step_progress=bars.steps)
+    except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
+        raise fail(str(exc)) from None
 
 
 def print_outcome(

@@ -15,9 +15,8 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_bar, wide_console
+from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._errors import fail
-from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._twins_results import verdict_lines
 from gaugelab.experiments.twins import (
     DEFAULT_OPTIMIZERS,
@@ -30,7 +29,7 @@ from gaugelab.experiments.twins import (
     text_twin,
     twin_optimizers,
 )
-from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
+from gaugelab.study.store import DEFAULT_STORE_PATH
 
 
 def _cxx_compiler() -> str | None:
@@ -156,15 +155,11 @@ def twins(
         f"{total} twin run(s) ({', '.join(names)} × {pairs} pair(s)), {base.steps} step(s) each, "
         f"{base.dtype}{', compiled' if base.compile else ''}; store {store}"
     )
-    try:
-        with run_bar(console, "twin runs") as progress:
-            outcome = run_twins_study(
-                names, base=base, pairs=pairs, merge=merge, store=store, executor=executor,
-                max_workers=max_workers, threads=threads, address=address,
-                progress=progress.runs, step_progress=progress.steps, report_dir=out,
-            )  # fmt: skip
-    except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
-        raise fail(str(exc)) from None
+    outcome = run_with_bars(
+        console, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
+        store=store, executor=executor, max_workers=max_workers, threads=threads,
+        address=address, report_dir=out,
+    )  # fmt: skip
     verdicts = [
         Text.assemble((rule, "bold"), f": {rest}")
         for rule, _, rest in (line.partition(": ") for line in verdict_lines(outcome.result))

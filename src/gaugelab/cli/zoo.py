@@ -13,14 +13,13 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_bar, wide_console
+from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._errors import fail
-from gaugelab.errors import NonFiniteError
 from gaugelab.experiments import dial as dial_experiment
 from gaugelab.experiments import zoo as zoo_experiment
 from gaugelab.experiments.dial import DialSpec
 from gaugelab.experiments.zoo import LearningRateGrids, ZooSpec
-from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
+from gaugelab.study.store import DEFAULT_STORE_PATH
 from gaugelab.study.sweep import EXECUTORS
 
 __all__ = ["dial", "register", "zoo"]
@@ -193,22 +192,11 @@ def zoo(
             f"zoo: {len(spec.rules)} rules × {len(spec.seeds)} seeds, {spec.steps} steps, "
             f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
         )
-        try:
-            with run_bar(console, "rule runs") as progress:
-                outcome = zoo_experiment.run_zoo(
-                    spec,
-                    store=store,
-                    study=study,
-                    executor=executor,
-                    max_workers=max_workers,
-                    threads=threads,
-                    address=address,
-                    progress=progress.runs,
-                    step_progress=progress.steps,
-                    report_dir=out,
-                )
-        except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
-            raise fail(str(exc)) from None
+        outcome = run_with_bars(
+            console, "rule runs", zoo_experiment.run_zoo, spec, store=store, study=study,
+            executor=executor, max_workers=max_workers, threads=threads, address=address,
+            report_dir=out,
+        )  # fmt: skip
         split = outcome.result.split
         print_outcome(console, outcome, zoo_experiment.tables(outcome.result))
         if split is not None:
@@ -278,22 +266,11 @@ def dial(
         f"dial: p ∈ {list(spec.ps)} × {len(spec.lrs)} rates × {len(spec.seeds)} seeds, "
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
     )
-    try:
-        with run_bar(console, "dial runs") as progress:
-            outcome = dial_experiment.run_dial(
-                spec,
-                store=store,
-                study=study,
-                executor=executor,
-                max_workers=max_workers,
-                threads=threads,
-                address=address,
-                progress=progress.runs,
-                step_progress=progress.steps,
-                report_dir=out,
-            )
-    except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
-        raise fail(str(exc)) from None
+    outcome = run_with_bars(
+        console, "dial runs", dial_experiment.run_dial, spec, store=store, study=study,
+        executor=executor, max_workers=max_workers, threads=threads, address=address,
+        report_dir=out,
+    )  # fmt: skip
     print_outcome(console, outcome, dial_experiment.tables(outcome.result))
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab dial`.")
