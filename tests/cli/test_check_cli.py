@@ -9,48 +9,7 @@ import pytest
 
 GAUGELAB = Path(sys.executable).with_name("gaugelab")  # the console script beside the venv's python
 
-MYOPTS = '''
-import torch
-
-
-class ClosureFreeSGD(torch.optim.Optimizer):
-    """SGD that never calls the closure: it reads the gradients the caller has set."""
-
-    def __init__(self, params, lr=1e-2):
-        super().__init__(params, {"lr": lr})
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-group["lr"])
-
-
-class StepSelfSGD(ClosureFreeSGD):
-    def step(self):
-        super().step()
-
-
-class NoOp(ClosureFreeSGD):
-    def step(self, closure=None):
-        return None
-
-
-class ColumnNormalisedSGD(ClosureFreeSGD):
-    """Each column of the gradient divided by its norm."""
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            for p in group["params"]:
-                p.add_(p.grad / torch.linalg.vector_norm(p.grad, dim=0, keepdim=True),
-                       alpha=-group["lr"])
-
-
-class NotAnOptimizer:
-    pass
-'''
+MYOPTS = (Path(__file__).parents[1] / "equivariance" / "user_optimizers.py").read_text()
 
 
 @pytest.fixture(scope="module")

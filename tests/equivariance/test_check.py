@@ -3,6 +3,7 @@
 import itertools
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,6 +17,14 @@ from gaugelab.equivariance import (
 )
 from gaugelab.equivariance.check import STILL_ULPS, EquivarianceReport, _verdict
 from gaugelab.optim import CLAIMS, OPTIMIZERS, HeavyBall
+
+sys.path.insert(0, str(Path(__file__).parent))
+from user_optimizers import (
+    ClosureFreeSGD,
+    ColumnNormalisedSGD,
+    NoOp,
+    StepSelfSGD,
+)
 
 FAST = {"steps": 5, "draws": 2}
 EPS64 = torch.finfo(torch.float64).eps
@@ -47,45 +56,6 @@ class NoisySGD(torch.optim.Optimizer):
                     noise = 1e-3 * torch.randn(p.shape, generator=gen, dtype=p.dtype)
                     p.add_(p.grad + noise, alpha=-group["lr"])
         return loss
-
-
-class ClosureFreeSGD(torch.optim.Optimizer):
-    """SGD that never calls the closure: it reads the gradients the caller has set."""
-
-    def __init__(self, params, lr=1e-2):
-        super().__init__(params, {"lr": lr})
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is not None:
-                    p.add_(p.grad, alpha=-group["lr"])
-
-
-class StepSelfSGD(ClosureFreeSGD):
-    """The same SGD, with a ``step(self)`` that takes no closure at all."""
-
-    def step(self):
-        super().step()
-
-
-class NoOp(ClosureFreeSGD):
-    """A ``step`` that does nothing: the parameters never move."""
-
-    def step(self, closure=None):
-        return None
-
-
-class ColumnNormalisedSGD(ClosureFreeSGD):
-    """SGD with each column of the gradient divided by its norm: the columns are a basis."""
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for group in self.param_groups:
-            for p in group["params"]:
-                norms = torch.linalg.vector_norm(p.grad, dim=0, keepdim=True)
-                p.add_(p.grad / norms, alpha=-group["lr"])
 
 
 USER_OPTIMIZERS = {
