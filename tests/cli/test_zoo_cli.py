@@ -181,3 +181,14 @@ def test_a_report_folder_that_holds_a_report_is_refused_before_any_run(tmp_path)
                     "--out", str(out))  # fmt: skip
     assert result.exit_code == 2 and "never overwritten" in result.output
     assert (out / "report.html").read_text() == "mine" and not store.exists()
+
+
+def test_a_bad_store_is_one_line_before_any_header_or_bar(tmp_path):
+    store = tmp_path / "s.sqlite"
+    store.write_text("not a run store, just text " * 8)
+    before = store.read_bytes()
+    result = invoke("zoo", *SMALL, "--rules", "gd", "--no-convex", "--store", str(store))
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "not an SQLite" in lines[0]
+    assert store.read_bytes() == before

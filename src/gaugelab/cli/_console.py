@@ -17,7 +17,7 @@ from gaugelab.cli._errors import fail
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._study import StudyOutcome
 from gaugelab.study.report import Table, format_number
-from gaugelab.study.store import StoreError
+from gaugelab.study.store import RunStore, StoreError
 
 
 def wide_console() -> Console:
@@ -78,12 +78,20 @@ def run_bar(console: Console, description: str) -> Iterator[RunBars]:
 
 
 def run_with_bars(
-    console: Console, description: str, run: Callable[..., StudyOutcome], *args: Any, **options: Any
+    console: Console,
+    header: str,
+    description: str,
+    run: Callable[..., StudyOutcome],
+    *args: Any,
+    **options: Any,
 ) -> StudyOutcome:
-    """``run(*args, **options, progress=…, step_progress=…)`` under :func:`run_bar`; a bad
-    option, a store problem, a non-finite value or an existing report becomes one ``error:``
-    line (exit status 2)."""
+    """Print ``header``, then ``run(*args, **options, progress=…, step_progress=…)`` under
+    :func:`run_bar`; a bad store (checked before the header), a bad option, a non-finite value
+    or an existing report becomes one ``error:`` line (exit status 2)."""
     try:
+        if "store" in options and os.path.exists(options["store"]):
+            RunStore(options["store"], create=False).close()  # refuses a bad file untouched
+        console.print(Text(header))
         with run_bar(console, description) as bars:
             return run(*args, **options, progress=bars.runs, step_progress=bars.steps)
     except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:

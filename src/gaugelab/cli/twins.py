@@ -151,12 +151,12 @@ def twins(
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc) from None
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
-    console.print(
+    header = (
         f"{total} twin run(s) ({', '.join(names)} × {pairs} pair(s)), {base.steps} step(s) each, "
         f"{base.dtype}{', compiled' if base.compile else ''}; store {store}"
     )
     outcome = run_with_bars(
-        console, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
+        console, header, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
         store=store, executor=executor, max_workers=max_workers, threads=threads,
         address=address, report_dir=out,
     )  # fmt: skip

@@ -188,12 +188,12 @@ def zoo(
     except ValueError as exc:
         raise fail(exc) from None
     for spec in specs:
-        console.print(
+        header = (
             f"zoo: {len(spec.rules)} rules × {len(spec.seeds)} seeds, {spec.steps} steps, "
             f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
         )
         outcome = run_with_bars(
-            console, "rule runs", zoo_experiment.run_zoo, spec, store=store, study=study,
+            console, header, "rule runs", zoo_experiment.run_zoo, spec, store=store, study=study,
             executor=executor, max_workers=max_workers, threads=threads, address=address,
             report_dir=out,
         )  # fmt: skip
@@ -262,12 +262,12 @@ def dial(
         _sizes(max_workers, threads)
     except ValueError as exc:
         raise fail(exc) from None
-    console.print(
+    header = (
         f"dial: p ∈ {list(spec.ps)} × {len(spec.lrs)} rates × {len(spec.seeds)} seeds, "
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
     )
     outcome = run_with_bars(
-        console, "dial runs", dial_experiment.run_dial, spec, store=store, study=study,
+        console, header, "dial runs", dial_experiment.run_dial, spec, store=store, study=study,
         executor=executor, max_workers=max_workers, threads=threads, address=address,
         report_dir=out,
     )  # fmt: skip
