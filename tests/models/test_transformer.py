@@ -268,10 +268,17 @@ def test_causal_model_earlier_logits_never_see_later_tokens(overrides, use_sdpa)
     model = use_sdpa_(model64(**overrides), use_sdpa)
     tokens = tokens_for(model.config, batch=4)
     base = model(tokens)
+    exact = not use_sdpa and "num_experts" not in overrides
     for t in (1, 3):
         changed = tokens.clone()
         changed[:, t:] = (changed[:, t:] + 1 + t) % model.config.d_vocab
-        assert torch.equal(model(changed)[:, :t], base[:, :t])
+        earlier = model(changed)[:, :t]
+        if exact:  # plain ops: the earlier positions compute exactly what they computed before
+            assert torch.equal(earlier, base[:, :t])
+        else:  # a fused kernel or the experts' batch routing may reorder a reduction (~1e-16);
+            # a leak of later tokens would move the logits by O(1)
+            gap = (earlier - base[:, :t]).abs().max() / base[:, :t].abs().max()
+            assert gap <= 1e-12, gap
 
 
 @pytest.mark.parametrize(("overrides", "use_sdpa"), CAUSAL_CASES)
