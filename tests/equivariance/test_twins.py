@@ -4,7 +4,13 @@ import pytest
 import torch
 
 from gaugelab.equivariance.distance import relative_distance
-from gaugelab.equivariance.twins import make_twins, triplet_verdict, twin_verdict
+from gaugelab.equivariance.twins import (
+    gauge_elements,
+    make_twins,
+    perturb_qk,
+    triplet_verdict,
+    twin_verdict,
+)
 from gaugelab.equivariance.verdicts import (
     BASIS_SENSITIVE,
     CHAOTIC,
@@ -12,8 +18,10 @@ from gaugelab.equivariance.verdicts import (
     INCONCLUSIVE,
     NONDETERMINISTIC,
 )
+from gaugelab.linalg import haar_orthogonal
 from gaugelab.models import Transformer, TransformerConfig
 from gaugelab.models.heads import qk_invariants
+from gaugelab.models.symmetry import head_gauge
 
 SMALL = TransformerConfig(
     n_layers=2, d_model=16, n_heads=4, d_head=4, n_key_value_heads=2, d_mlp=32, d_vocab=11,
@@ -71,3 +79,55 @@ def check_function_identical(base, members, x):
     assert float(relative_distance(gauge(x), base_out)) <= 1e-13
     assert torch.equal(identity(x), base_out)
     assert 0 < float(relative_distance(noise(x), base_out)) <= 1e-5
+
+
+def test_the_reference_draw_is_the_unsigned_qr_factor_in_sequence_layer_then_head():
+    elements = gauge_elements(SMALL, seed=777, dtype=torch.float32)  # the default draw
+    assert elements.shape == (2, 2, 4, 4) and elements.dtype == torch.float32
+    g = torch.Generator().manual_seed(777)
+    for layer in range(2):
+        for head in range(2):
+            Q = torch.linalg.qr(torch.randn(4, 4, generator=g))[0]
+            assert torch.equal(elements[layer, head], Q.mT)  # W_Q[h] ↦ W_Q[h] Qᵀ, bit for bit
+    eye = torch.eye(4).expand(2, 2, 4, 4)
+    assert float((elements.mT @ elements - eye).abs().max()) <= 1e-6
+    # in float64 the same float32 stream, factored in float64: orthogonal to round-off
+    wide = gauge_elements(SMALL, seed=777, dtype=torch.float64)
+    assert float((wide.mT @ wide - eye.double()).abs().max()) <= 1e-13
+    assert float((wide - elements.double()).abs().max()) <= 1e-5
+
+
+def test_the_haar_draw_is_still_available_and_orthogonal():
+    elements = gauge_elements(SMALL, seed=777, dtype=torch.float64, draw="haar")
+    g = torch.Generator().manual_seed(777)
+    expected = torch.stack([haar_orthogonal(4, generator=g) for _ in range(4)]).view(2, 2, 4, 4)
+    assert torch.equal(elements, expected)  # the group's own sample, sign-fixed
+    assert head_gauge(SMALL).contains(elements, atol=1e-12)
+    reference = gauge_elements(SMALL, seed=777, dtype=torch.float64)
+    assert float((elements - reference).abs().max()) > 0.1  # two different draws
+
+
+def test_the_reference_draw_keeps_a_gauge_that_is_not_orthogonal_to_its_own_group():
+    qk_norm = TransformerConfig(**{**SMALL.model_dump(), "qk_norm": True})
+    elements = gauge_elements(qk_norm, seed=777, dtype=torch.float64)
+    assert head_gauge(qk_norm).contains(elements)  # signed permutations, not a QR factor
+
+
+def test_the_reference_noise_is_drawn_in_float32_and_the_haar_noise_in_float64():
+    base = Transformer(SMALL, seed=3, dtype=torch.float64)
+    for draw, dtype in (("reference", torch.float32), ("haar", torch.float64)):
+        twin = Transformer(SMALL, seed=3, dtype=torch.float64)
+        perturb_qk(twin, seed=888, scale=1e-7, draw=draw)
+        g = torch.Generator().manual_seed(888)
+        for b, t in zip(base.blocks, twin.blocks, strict=True):
+            for name in ("q_proj", "k_proj"):  # per block: query, then key
+                noise = torch.randn(getattr(b.attn, name).weight.shape, generator=g, dtype=dtype)
+                expected = getattr(b.attn, name).weight + 1e-7 * noise.double()
+                assert torch.equal(getattr(t.attn, name).weight, expected), (draw, name)
+
+
+def test_an_unknown_draw_is_refused_naming_it():
+    base = Transformer(SMALL, seed=3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="gauge_draw='sobol'; allowed: reference, haar"):
+        make_twins(base, ("gauge",), gauge_seed=1, noise_seed=2, noise_scale=1e-7,
+                   gauge_draw="sobol")  # fmt: skip

@@ -1,9 +1,11 @@
-"""Tests for gaugelab.linalg.random: Haar orthogonal matrices and orthonormal bases."""
+"""Tests for gaugelab.linalg.random: Haar orthogonal matrices, the QR factor as drawn, and
+orthonormal bases."""
 
 import pytest
 import torch
 
 from gaugelab.linalg import haar_orthogonal, orthonormal_basis
+from gaugelab.linalg.random import qr_orthogonal
 
 EXACT = 1e-11
 F64 = torch.float64
@@ -79,6 +81,37 @@ def test_haar_rejects_k_below_one(k):
 def test_haar_rejects_integer_dtype():
     with pytest.raises(ValueError, match="int64"):
         haar_orthogonal(3, dtype=torch.int64)
+
+
+def test_qr_orthogonal_is_the_qr_factor_of_the_same_draw_exactly_without_sign_fix():
+    g = gen(777)
+    expected = [torch.linalg.qr(torch.randn(16, 16, generator=g))[0] for _ in range(3)]
+    drawn = qr_orthogonal(16, generator=gen(777), dtype=torch.float32, batch=3)
+    assert drawn.dtype == torch.float32
+    assert torch.equal(drawn, torch.stack(expected))  # the same stream, bit for bit
+    eye = torch.eye(16).expand(3, 16, 16)
+    assert float((drawn.mT @ drawn - eye).abs().max()) <= 1e-6
+    Z = torch.randn(16, 16, generator=gen(777))
+    R = drawn[0].mT @ Z
+    assert (torch.diagonal(R) < 0).any()  # no sign fix: haar_orthogonal would flip these columns
+
+
+def test_qr_orthogonal_draws_in_float32_and_factors_in_float64():
+    Q = qr_orthogonal(16, generator=gen(777), dtype=F64, draw_dtype=torch.float32)
+    Z = torch.randn(16, 16, generator=gen(777)).to(F64)  # the float32 stream, cast
+    assert Q.dtype == F64 and torch.equal(Q, torch.linalg.qr(Z)[0])
+    close(Q.mT @ Q, torch.eye(16, dtype=F64))  # orthogonal to float64 round-off
+    single = qr_orthogonal(16, generator=gen(777), dtype=torch.float32)
+    assert float((Q - single.double()).abs().max()) <= 1e-5  # the same matrix, other round-off
+
+
+def test_qr_orthogonal_rejects_bad_arguments_naming_them():
+    with pytest.raises(ValueError, match="qr_orthogonal: k"):
+        qr_orthogonal(0)
+    with pytest.raises(ValueError, match="qr_orthogonal: draw_dtype"):
+        qr_orthogonal(3, draw_dtype=torch.int32)
+    with pytest.raises(TypeError, match="qr_orthogonal: generator"):
+        qr_orthogonal(3, generator=7)
 
 
 def test_orthonormal_basis_reveals_rank_and_spans_the_column_space():

@@ -1,9 +1,10 @@
 """The twin-triplet engine for Transformers: function-identical members, trained together.
 
 One optimizer trains an ensemble of members from the same data stream: the *base*, the *gauge
-twin* (every head's ``(W_Q, W_K)`` moved by an element of ``head_gauge(config)``), the *identity
-twin* (element ``I``: must stay bit-identical to the base) and the *noise twin* (``W_Q, W_K``
-perturbed by ``noise_scale``: the floor set by round-off amplification). At each checkpoint every
+twin* (every head's ``(W_Q, W_K)`` moved by an element of ``head_gauge(config)``, drawn as the
+reference scripts draw it by default: :func:`gauge_elements`), the *identity twin* (element
+``I``: must stay bit-identical to the base) and the *noise twin* (``W_Q, W_K`` perturbed by
+``noise_scale``: the floor set by round-off amplification; :func:`perturb_qk`). At each checkpoint every
 twin is compared with the base: relative logit distance on validation data, QK drift (per layer
 and head, the relative distance of ``W_Q[h] W_K[h]ᵀ``) and OV drift (``W_V[h] W_O[h]``).
 
@@ -31,11 +32,15 @@ from gaugelab.equivariance.verdicts import (
     INCONCLUSIVE,
     NONDETERMINISTIC,
 )
+from gaugelab.gauge import Orthogonal
+from gaugelab.linalg.random import qr_orthogonal
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.heads import ov_invariants, qk_invariants
 from gaugelab.models.symmetry import GaugeElements, apply_gauge, head_gauge
 
 TwinKind = Literal["gauge", "identity", "noise"]
+GaugeDraw = Literal["reference", "haar"]
+GAUGE_DRAWS: tuple[GaugeDraw, ...] = ("reference", "haar")
 
 
 class TwinData(Protocol):
@@ -136,6 +141,96 @@ def triplet_verdict(records: dict[int, dict[str, float]]) -> tuple[str, str]:
     )
 
 
+def gauge_elements(
+    config: TransformerConfig,
+    *,
+    seed: int,
+    dtype: torch.dtype,
+    draw: GaugeDraw = "reference",
+) -> torch.Tensor:
+    """The gauge twin's head elements: one per layer and key/value group, drawn in sequence.
+
+    One generator seeded ``seed`` draws the elements layer by layer, and within a layer key/value
+    group by group (head by head without grouped-query attention).
+
+    ``draw="reference"`` (the protocol's, docs/protocols.md §5): for an ``O(d_head)`` head gauge,
+    ``Q = torch.linalg.qr(Z)[0]`` of a float32 ``Z = randn(d_head, d_head)`` with no sign fix
+    (:func:`gaugelab.linalg.random.qr_orthogonal`; ``Z`` is cast to ``dtype`` before the QR,
+    so in float32 ``Q`` is the reference scripts' matrix bit for bit and in float64 it is the
+    same draw, orthogonal to float64 round-off), and the element is ``A = Qᵀ``: the reference
+    multiplies head ``h``'s rows of the ``nn.Linear`` weights ``[out, in]`` by ``Q`` on the
+    left, which is ``W_Q[h] ↦ W_Q[h] Qᵀ`` in the right-multiplied layout used here. A head
+    gauge that is not ``O(d_head)`` (RoPE's torus, qk-norm's signed permutations), which the
+    reference never drew, is sampled from its own group in ``dtype``.
+
+    ``draw="haar"``: the group's own sample (``HeadGauge.sample``; for ``O(d_head)`` the
+    sign-fixed, Haar-distributed QR factor) in ``dtype``.
+
+    Args:
+        config: the architecture (its :func:`gaugelab.models.symmetry.head_gauge`).
+        seed: seeds the one generator of the draw.
+        dtype: real floating dtype of the elements (the model's).
+        draw: ``"reference"`` or ``"haar"``.
+
+    Returns:
+        ``[n_layers, n_key_value_heads, d_head, d_head]`` elements of ``head_gauge(config)``.
+
+    Raises:
+        ValueError: ``draw`` is neither ``"reference"`` nor ``"haar"``.
+
+    Source: singh2026lossbasis, §6 (the gauge twin); docs/protocols.md §5.
+    """
+    _check_draw(draw)
+    gauge = head_gauge(config)
+    generator = torch.Generator().manual_seed(seed)
+    if draw == "haar":
+        return gauge.sample(generator, dtype)
+
+    def element(group) -> torch.Tensor:
+        if type(group) is not Orthogonal:
+            return group.sample(generator, dtype)
+        Q = qr_orthogonal(group.k, generator=generator, dtype=dtype, draw_dtype=torch.float32)
+        return Q.mT  # the reference's Q acts on the weight rows: W_Q[h] ↦ W_Q[h] Qᵀ
+
+    return torch.stack([torch.stack([element(G) for G in row]) for row in gauge.groups])
+
+
+def perturb_qk(model: Transformer, *, seed: int, scale: float, draw: GaugeDraw = "reference"):
+    """The noise twin's perturbation, in place: ``W_Q, W_K += scale · randn`` per block.
+
+    One generator seeded ``seed`` draws, block by block, the query weight's noise and then the
+    key weight's (each ``[n_heads·d_head, d_model]`` or ``[n_kv_heads·d_head, d_model]``, the
+    ``nn.Linear`` layout). ``draw="reference"`` draws in float32 as the reference scripts do
+    (cast to the model's dtype, then scaled: in float32 exactly their ``W += scale · randn``);
+    ``draw="haar"`` draws in float64 (gaugelab's earlier convention).
+
+    Args:
+        model: the twin to perturb (modified in place).
+        seed: seeds the generator.
+        scale: the perturbation's scale (the protocol: 1e-7).
+        draw: ``"reference"`` or ``"haar"`` (see :func:`gauge_elements`).
+
+    Raises:
+        ValueError: ``draw`` is neither ``"reference"`` nor ``"haar"``.
+
+    Source: singh2026lossbasis, §6 (the noise twin); docs/protocols.md §5.
+    """
+    _check_draw(draw)
+    dtype = model.embed.weight.dtype
+    noise_dtype = torch.float32 if draw == "reference" else torch.float64
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for block in model.blocks:
+            for proj in (block.attn.q_proj, block.attn.k_proj):
+                noise = torch.randn(proj.weight.shape, generator=generator, dtype=noise_dtype)
+                proj.weight.add_(scale * noise.to(dtype))
+
+
+def _check_draw(draw: object) -> None:
+    if draw not in GAUGE_DRAWS:
+        raise ValueError(f"gauge_draw={draw!r}; allowed: {', '.join(GAUGE_DRAWS)}")
+
+
 def make_twins(
     base: Transformer,
     kinds: Sequence[TwinKind],
@@ -143,35 +238,37 @@ def make_twins(
     gauge_seed: int,
     noise_seed: int,
     noise_scale: float,
+    gauge_draw: GaugeDraw = "reference",
 ) -> tuple[list[Transformer], list[str]]:
     """The base model and its twins, in member order (base first), and their names.
 
     Args:
         base: the model; its parameters' dtype is the twins' dtype.
         kinds: the twins to build, e.g. ``("gauge", "identity", "noise")``.
-        gauge_seed: seeds the gauge draw (one element of ``head_gauge`` per layer and head).
-        noise_seed, noise_scale: the noise twin's ``W_Q, W_K += scale · randn`` (drawn in
-            float64, then cast).
+        gauge_seed: seeds the gauge draw (:func:`gauge_elements`: one element of
+            ``head_gauge`` per layer and key/value group, in that order).
+        noise_seed, noise_scale: the noise twin's ``W_Q, W_K += scale · randn``
+            (:func:`perturb_qk`).
+        gauge_draw: ``"reference"`` (the protocol's: the reference scripts' unsigned QR
+            factor, float32 draws) or ``"haar"`` (sign-fixed Haar elements, float64 noise).
+
+    Raises:
+        ValueError: an unknown ``gauge_draw``.
 
     Source: singh2026lossbasis, §6; docs/protocols.md §5 (the twins' construction).
     """
+    _check_draw(gauge_draw)
     dtype = base.embed.weight.dtype
-    gauge = head_gauge(base.config)
     members, names = [base], ["base"]
     for kind in kinds:
         if kind == "gauge":
-            element = gauge.sample(torch.Generator().manual_seed(gauge_seed), dtype)
+            element = gauge_elements(base.config, seed=gauge_seed, dtype=dtype, draw=gauge_draw)
             twin = apply_gauge(base, GaugeElements(qk=element))
         elif kind == "identity":
-            twin = apply_gauge(base, GaugeElements(qk=gauge.identity(dtype)))
+            twin = apply_gauge(base, GaugeElements(qk=head_gauge(base.config).identity(dtype)))
         else:
             twin = apply_gauge(base, GaugeElements())
-            gen = torch.Generator().manual_seed(noise_seed)
-            with torch.no_grad():
-                for block in twin.blocks:
-                    for proj in (block.attn.q_proj, block.attn.k_proj):
-                        noise = torch.randn(proj.weight.shape, generator=gen, dtype=torch.float64)
-                        proj.weight.add_(noise_scale * noise.to(dtype))
+            perturb_qk(twin, seed=noise_seed, scale=noise_scale, draw=gauge_draw)
         members.append(twin)
         names.append(kind)
     return members, names
@@ -315,11 +412,15 @@ def train_twins(
 
 
 __all__ = [
+    "GAUGE_DRAWS",
+    "GaugeDraw",
     "TwinData",
     "TwinKind",
     "TwinResult",
+    "gauge_elements",
     "make_twins",
     "measure_twins",
+    "perturb_qk",
     "train_twins",
     "triplet_verdict",
     "twin_verdict",

@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gaugelab.equivariance.twins import TwinKind
+from gaugelab.equivariance.twins import GaugeDraw, TwinKind
 from gaugelab.models import TransformerConfig
 from gaugelab.optim import OPTIMIZERS
 from gaugelab.tasks import CharText
@@ -103,6 +103,13 @@ class TwinSpec(BaseModel):
     noise_scale: float = Field(1e-7, gt=0, description="Noise twin: W_Q, W_K += scale·randn.")
     init_seed: int = Field(42, description="Seed of the base model's initialisation.")
     gauge_seed: int = Field(777, description="Seed of the gauge draw (one element per head).")
+    gauge_draw: GaugeDraw = Field(
+        "reference",
+        description="How the twins are drawn. reference: as the reference scripts, each head "
+        "rotated by the Q factor of a float32 randn(d_head, d_head) QR without sign fix, and "
+        "the noise twin's randn in float32 (reproduces their logged step-1 values); haar: a "
+        "sign-fixed Haar draw and float64 noise.",
+    )
     noise_seed: int = Field(888, description="Seed of the noise twin's perturbation.")
     data_seed: int = Field(0, description="Seed of the minibatch stream (task='text').")
     steps: int = Field(1500, ge=1, description="Training steps.")

@@ -62,6 +62,7 @@ def build_members(spec: TwinSpec) -> tuple[list[Transformer], list[str]]:
         gauge_seed=spec.gauge_seed,
         noise_seed=spec.noise_seed,
         noise_scale=spec.noise_scale,
+        gauge_draw=spec.gauge_draw,
     )
 
 
