@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._rates import select_rate
 from gaugelab.experiments._sensing import SensingBatch
 from gaugelab.experiments._training import BUDGET, DIVERGED, INTERPOLATED, RuleResult, train_rule
@@ -108,11 +109,10 @@ def test_an_interpolating_member_stops_at_a_check_step_and_keeps_its_loss(small)
         assert r.status[s][0] == INTERPOLATED
         stop = r.steps[s][0]
         assert stop % spec.check_every == 0 and stop < spec.steps
-        assert r.loss[s][0] < spec.interpolation_loss
-        after = [
-            c[s][0] for step, c in zip(r.curve_steps, r.curve_loss, strict=True) if step >= stop
-        ]
-        assert len(set(after)) == 1  # frozen: the same loss at every later check
+        curve = {step: c[s][0] for step, c in zip(r.curve_steps, r.curve_loss, strict=True)}
+        assert curve[stop] < spec.interpolation_loss  # the pre-update loss of step `stop`
+        after = [loss for step, loss in curve.items() if step > stop]
+        assert set(after) <= {r.loss[s][0]}  # frozen after update `stop`: the final loss
 
 
 def test_training_is_deterministic_and_members_do_not_interact(small):
@@ -135,3 +135,52 @@ def test_result_round_trips_through_json_with_non_finite_values():
     r = result([[float("nan"), 0.1]], [[D, IN]])
     back = RuleResult.from_dict(r.to_dict())
     assert math.isnan(back.recovery[0][0]) and back.recovery[0][1] == 0.1
+
+
+def _every_step(lr: float, steps: int) -> dict[int, float]:
+    """gd on one seed, the loss at every step: step s → the pre-update loss of step s (the
+    loss after s − 1 updates; step 0 is the initial loss too)."""
+    spec = ZooSpec(n=8, rank=2, seeds=(42,), steps=steps, check_every=1, dtype="float64",
+                   interpolation_loss=1e-300)  # fmt: skip
+    r = train_rule(spec, SensingBatch.build(spec), "gd", [lr], decay=False)
+    return {step: c[0][0] for step, c in zip(r.curve_steps, r.curve_loss, strict=True)}
+
+
+def test_the_interpolation_check_reads_the_pre_update_loss_of_the_check_step():
+    # The reference (optimizer_zoo_bias.py): at step s it evaluates the loss after s − 1
+    # updates, applies update s, then stops if s ≡ 0 (mod 200) and that loss < 1e-7. A
+    # threshold between the losses after 199 and after 200 updates is borderline: the check at
+    # s = 200 reads the loss after 199 updates (above it), so the run stops at s = 400 with
+    # 400 updates applied; reading the loss after 200 updates would stop it at 200.
+    loss = _every_step(3e-2, 400)
+    after_199, after_200, after_399 = loss[200], loss[201], loss[400]
+    assert after_199 > after_200 and after_399 < after_200  # gd is still descending here
+    threshold = math.sqrt(after_199 * after_200)
+    spec = ZooSpec(n=8, rank=2, seeds=(42,), steps=1000, check_every=200, dtype="float64",
+                   interpolation_loss=threshold)  # fmt: skip
+    batch = SensingBatch.build(spec)
+    r = train_rule(spec, batch, "gd", [3e-2], decay=False)
+    assert (r.status, r.steps) == ([[INTERPOLATED]], [[400]])
+    assert r.curve_steps == [0, 200, 400]  # every member stopped: the loop ends
+    assert r.curve_loss[1][0][0] == after_199 and r.curve_loss[2][0][0] == after_399
+    budget = train_rule(spec.model_copy(update={"steps": 400, "interpolation_loss": 1e-300}),
+                        batch, "gd", [3e-2], decay=False)  # fmt: skip
+    assert r.recovery == budget.recovery  # stopped with exactly the 400 updates of the budget
+
+
+def test_a_non_finite_initialisation_is_a_numerical_failure():
+    spec = ZooSpec(n=6, rank=2, seeds=(42,), steps=10, init_scale=1e200, dtype="float64")
+    with pytest.raises(NonFiniteError, match=r"init_scale=1e\+200 in float64"):
+        train_rule(spec, SensingBatch.build(spec), "gd", [1e-2], decay=False)
+    spec = spec.model_copy(update={"dtype": "float32"})  # 1e200 overflows the factors
+    with pytest.raises(NonFiniteError, match="the initial factors"):
+        train_rule(spec, SensingBatch.build(spec), "gd", [1e-2], decay=False)
+
+
+def test_a_last_update_that_diverges_is_rolled_back():
+    # gd at 1.0 on this instance: loss 3.3e2 after 5 updates, 1.1e9 after 6 (measured). With a
+    # budget of 6, only the check after the loop sees the 6th update cross 1e3
+    spec = ZooSpec(n=6, rank=2, seeds=(42,), steps=6, dtype="float64", divergence_loss=1e3)
+    r = train_rule(spec, SensingBatch.build(spec), "gd", [1e-2, 1.0], decay=False)
+    assert (r.status[0][1], r.steps[0][1]) == (DIVERGED, 5) and r.loss[0][1] <= 1e3
+    assert r.status[0][0] == BUDGET

@@ -1,6 +1,8 @@
 """The convex reference row of the zoo: minimum nuclear norm subject to the measurements.
 
 Solved per seed by cvxpy with SCS (``gaugelab[convex]``); recorded as a :class:`RuleResult`.
+Without cvxpy (or its SCS solver) the row is *skipped*, never failed: :func:`convex_missing`
+says why, and the zoo plans no convex run.
 """
 
 from __future__ import annotations
@@ -18,6 +20,23 @@ from gaugelab.tasks import effective_rank
 
 CONVEX = "nuclear-norm"
 """Label of the convex reference row."""
+CONVEX_SKIPPED = "skipped: install gaugelab[convex]"
+"""What the zoo reports for the convex row when cvxpy with SCS is not installed."""
+
+
+def convex_missing() -> str | None:
+    """Why the convex row cannot be solved here (``None`` when cvxpy with SCS imports).
+
+    Returns:
+        ``None``, or a one-line reason that starts with :data:`CONVEX_SKIPPED`.
+    """
+    try:
+        import cvxpy as cp
+    except ImportError:
+        return f"{CONVEX_SKIPPED} (cvxpy is not installed)"
+    if "SCS" not in cp.installed_solvers():
+        return f"{CONVEX_SKIPPED} (cvxpy has no SCS solver)"
+    return None
 
 
 def nuclear_norm_reference(spec: SensingExperiment, batch: SensingBatch) -> RuleResult:

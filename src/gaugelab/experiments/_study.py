@@ -4,10 +4,16 @@ An experiment module supplies ``plan(spec) -> Sweep``, ``collect(store, study) -
 ``report(result, out_dir) -> Path``; :func:`run_experiment` runs the plan with
 :func:`gaugelab.study.run_sweep`, collects the result from the store and writes the report into
 a new folder, and returns all three as a :class:`StudyOutcome`.
+
+Nothing read back is trusted unverified: :func:`verified_json` checks a result artifact's bytes
+against the sha256 the store recorded when the run wrote it, and a mismatch is an
+:class:`ArtifactError` naming the file and the run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 from gaugelab.study.paired import PairedComparison
 from gaugelab.study.report import RunSummary, new_report_dir
-from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore, StudyRow
+from gaugelab.study.store import DEFAULT_STORE_PATH, ArtifactRow, RunStore, StoreError, StudyRow
 from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
 
 R = TypeVar("R")
@@ -73,7 +79,8 @@ def run_experiment(
             (default: one local worker, so the runs execute in this process, with one torch
             thread each).
         report_dir: the report folder (must not hold a report already); default: a new
-            timestamped folder in ``<store folder>/reports/<study>/``.
+            timestamped folder in ``<store folder>/reports/<study slug>/`` (the study name made
+            path-safe: ``../x`` or ``/abs`` never leave ``reports/``).
         write_report: write the report (False: only run and collect).
 
     Returns:
@@ -105,7 +112,7 @@ def run_experiment(
     if write_report:
         folder = Path(report_dir) if report_dir else None
         if folder is None:
-            folder = new_report_dir(Path(store).parent / "reports" / sweep.study)
+            folder = new_report_dir(Path(store).parent / "reports", study=sweep.study)
         path = report(result, folder)
     return StudyOutcome(sweep.study, result, swept, path)
 
@@ -124,6 +131,56 @@ def study_row(store: RunStore, study: str) -> StudyRow:
     raise ValueError(f"unknown study {study!r} in {store.path}; known: {known}")
 
 
+UNVERIFIED = "unverified"
+"""The read-back state of a completed run whose artifact fails verification (not a termination
+class of the store: the attempt did complete; its file changed afterwards)."""
+
+
+class ArtifactError(StoreError):
+    """A file a run wrote is missing, unreadable, or differs from the sha256 the store recorded
+    for it. The message names the file and the run."""
+
+
+def verified_bytes(artifact: ArtifactRow) -> bytes:
+    """The bytes of a stored artifact, checked against the sha256 recorded when it was written.
+
+    The file is read once and the digest is taken of the bytes returned, so nothing unverified
+    is ever parsed.
+
+    Raises:
+        ArtifactError: the file is missing or unreadable, or its sha256 differs.
+    """
+    where = f"run {artifact.run[:12]} (attempt {artifact.ordinal})"
+    try:
+        data = artifact.path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ArtifactError(f"{artifact.path}: {artifact.kind} file of {where}: {reason}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != artifact.sha256:
+        raise ArtifactError(
+            f"{artifact.path}: {artifact.kind} file of {where} has sha256 {digest[:16]}…, not "
+            f"the {artifact.sha256[:16]}… the store recorded; it changed after the run wrote it"
+        )
+    return data
+
+
+def verified_json(artifact: ArtifactRow) -> Any:
+    """A stored JSON artifact, parsed only after :func:`verified_bytes` has checked it.
+
+    Raises:
+        ArtifactError: as :func:`verified_bytes`, or the verified bytes are not UTF-8 JSON
+            (a file that was already malformed when the run recorded it).
+    """
+    data = verified_bytes(artifact)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArtifactError(
+            f"{artifact.path}: {artifact.kind} file of run {artifact.run[:12]} is not JSON ({exc})"
+        ) from None
+
+
 @dataclass
 class RunState:
     """One run of a study as read back from the store.
@@ -131,9 +188,10 @@ class RunState:
     Attributes:
         identity: the run identity.
         spec: the run's spec fields (JSON mode).
-        termination: the latest attempt's termination class, ``"open"`` while it runs, or
-            ``"not run"``.
-        message: that attempt's message.
+        termination: the latest attempt's termination class, ``"open"`` while it runs,
+            ``"not run"``, or :data:`UNVERIFIED` when the run completed but a file it wrote no
+            longer matches the store's record (the run is then left out of the results).
+        message: that attempt's message (for :data:`UNVERIFIED`: which file, and why).
     """
 
     identity: str
@@ -143,8 +201,13 @@ class RunState:
 
     @property
     def completed(self) -> bool:
-        """The latest attempt completed."""
+        """The latest attempt completed (and, once read back, its files verified)."""
         return self.termination == "completed"
+
+    def unverified(self, error: ArtifactError) -> RunState:
+        """This run as :data:`UNVERIFIED`, with ``error`` and what to do as the message."""
+        message = f"{error}; rerun the same command to execute the run again"
+        return RunState(self.identity, self.spec, UNVERIFIED, message)
 
     def summary(self, label: str, **metrics: Any) -> RunSummary:
         """The report's line for this run."""

@@ -20,9 +20,17 @@ from typing import Any, TypeVar
 
 import torch
 
+from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._sensing import SensingBatch, SensingExperiment
-from gaugelab.experiments._study import RunState, run_states, study_row
+from gaugelab.experiments._study import (
+    ArtifactError,
+    RunState,
+    run_states,
+    study_row,
+    verified_json,
+)
 from gaugelab.optim import MemberLearningRates, cosine_factor, make_optimizer
+from gaugelab.study.store import StoreError
 from gaugelab.tasks import balancedness, effective_rank
 
 S = TypeVar("S", bound=SensingExperiment)
@@ -110,19 +118,22 @@ def train_rule(
 ) -> RuleResult:
     """Train one rule on every (seed × learning rate) as one ensemble.
 
-    At every step ``t = 0..steps`` the loss of each active member is evaluated at its
-    parameters after ``t`` updates (the *pre-update* loss). A non-finite loss or one above
-    ``divergence_loss`` marks the member diverged: it is rolled back to its parameters after
-    ``t − 1`` updates and frozen. At multiples of ``check_every`` a loss below
-    ``interpolation_loss`` marks it interpolated and frozen at ``t``. Then every member steps
-    (frozen ones stay bit-identical) at ``η_e`` times the cosine factor when ``decay``.
+    Step ``s = 1..steps`` is the reference's loop: the loss of each active member at its
+    parameters after ``s − 1`` updates (the *pre-update* loss of step ``s``) is evaluated; a
+    non-finite loss or one above ``divergence_loss`` marks the member diverged: it is rolled
+    back to its parameters after ``s − 2`` updates and frozen (**ours**; the reference drops the
+    run). Then every member takes update ``s`` (frozen ones stay bit-identical) at ``η_e`` times
+    ``½(1 + cos(π s/T))`` when ``decay``; and at every ``s ≡ 0 (mod check_every)`` a member
+    whose pre-update loss of step ``s`` was below ``interpolation_loss`` has interpolated: it
+    stops there, with ``s`` updates applied. A member still active after the budget is checked
+    for divergence once more (its last update).
 
     Args:
         spec: the protocol (sizes, budget, thresholds, dtype).
         batch: :meth:`SensingBatch.build` of ``spec``.
         rule: zoo registry name.
         lrs: ``[L]`` learning rates, each > 0.
-        decay: cosine schedule ``η_t = η·½(1 + cos(π t/T))`` (else constant).
+        decay: cosine schedule ``η_s = η·½(1 + cos(π s/T))`` at step ``s`` (else constant).
         hyper: the rule's other hyperparameters (e.g. ``{"p": 0.5}`` for ``adam-p``).
         label: the name recorded (default ``rule``); it also names the checkpoint scope.
         run: a :class:`gaugelab.study.runner.RunContext` (or ``None``): checkpoints go to its
@@ -131,13 +142,20 @@ def train_rule(
             check_every``); only with ``run``.
 
     Returns:
-        The :class:`RuleResult` (``seconds`` counts this attempt's wall time only).
+        The :class:`RuleResult` (``seconds`` counts this attempt's wall time only). Its curves
+        hold the loss and recovery error at the initial factors (step 0) and at every check
+        step ``s`` (the pre-update values of step ``s``: the ones the check reads).
 
     Raises:
+        NonFiniteError: the loss at the initial factors is not finite for some seed (e.g.
+            ``init_scale = 1e200``): the initialisation itself failed, no rate can train.
+        StoreError: the checkpoint to resume from is corrupt or does not fit this run (the
+            message names the file and the run).
         ValueError: an unknown rule or bad hyperparameter (from ``make_optimizer``), an
             empty / non-positive rate grid, or ``checkpoint_every < 1``.
 
-    Source: docs/protocols.md §3 (stopping and divergence rules, cosine decay).
+    Source: docs/protocols.md §3 (stopping and divergence rules, cosine decay); the reference's
+    ``optimizer_zoo_bias.py`` loop (pre-update loss, update, then the check).
     """
     if not lrs or any(not (lr > 0 and math.isfinite(lr)) for lr in lrs):
         raise ValueError(f"train_rule: lrs={list(lrs)}; allowed: a non-empty list of rates > 0")
@@ -156,23 +174,25 @@ def train_rule(
     stopped = torch.full((S, L), spec.steps, dtype=torch.int64)
     curves: dict[str, list] = {"steps": [], "loss": [], "recovery": []}
     first = 0
-    saved = run.resume(scope=label) if run is not None else None
-    if saved is not None:
-        with torch.no_grad():
-            U.copy_(saved.model_state["U"])
-            V.copy_(saved.model_state["V"])
-        opt.load_state_dict(saved.optimizer_state)
-        status, curves = saved.extra["status"], saved.extra["curves"]
-        stopped = saved.model_state["stopped"].clone()
-        first = saved.step
+    if run is not None:
+        restored = _resume(run, label, spec, U, V, opt)
+        if restored is not None:
+            first, stopped, status, curves = restored
 
     def mark(mask: torch.Tensor, what: str, step: int) -> None:
         for s, lr_index in mask.nonzero().tolist():
             status[s][lr_index] = what
         stopped[mask] = step
 
-    for t in range(first, spec.steps + 1):
-        if run is not None and first < t < spec.steps and t % every == 0:
+    def record(step: int, loss: torch.Tensor) -> None:
+        curves["steps"].append(step)
+        curves["loss"].append(loss.double().tolist())
+        curves["recovery"].append(batch.recovery_error(U @ V.mT).double().tolist())
+
+    t = first
+    for t in range(first, spec.steps):  # t updates applied: this is step s = t + 1
+        s = t + 1
+        if run is not None and first < t and t % every == 0:
             run.checkpoint(
                 t,
                 scope=label,
@@ -180,25 +200,35 @@ def train_rule(
                 optimizer_state=opt.state_dict(),
                 extra={"status": status, "curves": curves},
             )
-        loss, U.grad, V.grad = batch.loss_and_grad(U, V)  # [S, L], the factors' gradients
+        loss, U.grad, V.grad = batch.loss_and_grad(U, V)  # [S, L]: the pre-update loss of s
+        if t == 0:
+            _require_finite_start(loss, spec, batch, label)
+            record(0, loss)
         bad = opt.active & (~torch.isfinite(loss) | (loss > spec.divergence_loss))
         if bool(bad.any()):
             opt.deactivate(bad, rollback=True)
             mark(bad, DIVERGED, max(t - 1, 0))
             loss, U.grad, V.grad = batch.loss_and_grad(U, V)
-        if t % spec.check_every == 0:
-            curves["steps"].append(t)
-            curves["loss"].append(loss.double().tolist())
-            curves["recovery"].append(batch.recovery_error(U @ V.mT).double().tolist())
+        check = s % spec.check_every == 0
+        if check:
+            record(s, loss)
+        opt.step(scale=cosine_factor(s, spec.steps) if decay else 1.0)
+        if check:
             done = opt.active & (loss < spec.interpolation_loss)
             opt.deactivate(done)
-            mark(done, INTERPOLATED, t)
+            mark(done, INTERPOLATED, s)
             if run is not None:
-                run.progress(label, t, spec.steps)
-        if t == spec.steps or not bool(opt.active.any()):
+                run.progress(label, s, spec.steps)
+        if not bool(opt.active.any()):
             break
-        opt.step(scale=cosine_factor(t, spec.steps) if decay else 1.0)
     U.grad = V.grad = None
+    with torch.no_grad():  # the last update of a member nothing checked after
+        last = batch.loss(U @ V.mT)
+        bad = torch.tensor([[x != DIVERGED for x in row] for row in status])
+        bad &= ~torch.isfinite(last) | (last > spec.divergence_loss)
+        if bool(bad.any()):
+            opt.deactivate(bad, rollback=True)
+            mark(bad, DIVERGED, t)
     if run is not None:
         run.progress(label, spec.steps, spec.steps)
 
@@ -229,6 +259,82 @@ def train_rule(
         curve_recovery=curves["recovery"],
         seconds=time.perf_counter() - start,
     )
+
+
+def _require_finite_start(
+    loss: torch.Tensor, spec: SensingExperiment, batch: SensingBatch, label: str
+) -> None:
+    """Raise :class:`NonFiniteError` when the loss at the initial factors is not finite."""
+    finite = torch.isfinite(loss).all(dim=1)  # [S]: one initialisation per seed
+    if bool(finite.all()):
+        return
+    seeds = [seed for seed, ok in zip(batch.seeds, finite.tolist(), strict=True) if not ok]
+    factors = bool(torch.isfinite(batch.U0).all() and torch.isfinite(batch.V0).all())
+    what = "the loss at the initial factors" if factors else "the initial factors"
+    raise NonFiniteError(
+        f"train_rule: {label}: {what} not finite for seed(s) {seeds} at init_scale="
+        f"{spec.init_scale:g} in {spec.dtype}: a non-finite initialisation (lower init_scale)"
+    )
+
+
+_STATUSES = (INTERPOLATED, DIVERGED, BUDGET)
+
+
+def _resume(
+    run: Any,
+    label: str,
+    spec: SensingExperiment,
+    U: torch.Tensor,
+    V: torch.Tensor,
+    opt: MemberLearningRates,
+) -> tuple[int, torch.Tensor, list[list[str]], dict[str, list]] | None:
+    """Load the latest checkpoint of ``label`` into ``U``, ``V`` and ``opt``; ``None`` when
+    there is none. Returns ``(step, stopped, status, curves)``.
+
+    Raises:
+        StoreError: the checkpoint is corrupt (from :meth:`RunContext.resume`), or it does not
+            fit this rule's ensemble; the message names the file and the run.
+    """
+    where = f"run {str(getattr(run, 'identity', ''))[:12]} ({label})"
+    try:
+        saved = run.resume(scope=label)
+    except (StoreError, OSError) as exc:
+        raise StoreError(f"{where}: cannot resume: {exc}") from None
+    if saved is None:
+        return None
+    S, L = U.shape[:2]
+    try:
+        state, extra, step = saved.model_state, saved.extra or {}, saved.step
+        if not 0 < step < spec.steps:
+            raise ValueError(f"step {step} outside the budget 1..{spec.steps - 1}")
+        for name, like in (("U", U), ("V", V)):
+            got = state[name]
+            if got.shape != like.shape or got.dtype != like.dtype:
+                raise ValueError(f"{name} is {got.dtype} {tuple(got.shape)}, not "
+                                 f"{like.dtype} {tuple(like.shape)}")  # fmt: skip
+        stopped = state["stopped"]
+        if stopped.shape != (S, L) or stopped.dtype != torch.int64:
+            raise ValueError(f"stopped is {stopped.dtype} {tuple(stopped.shape)}")
+        status, curves = extra["status"], extra["curves"]
+        if [len(row) for row in status] != [L] * S or any(
+            x not in _STATUSES for row in status for x in row
+        ):
+            raise ValueError(f"status {status!r} is not [{S}][{L}] of {_STATUSES}")
+        checks = [0, *range(spec.check_every, step + 1, spec.check_every)]
+        if curves["steps"] != checks or not len(curves["loss"]) == len(curves["recovery"]) == len(
+            checks
+        ):
+            raise ValueError(f"curves at steps {curves['steps']!r}, expected {checks}")
+        opt.load_state_dict(saved.optimizer_state)
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
+        raise StoreError(
+            f"{saved.path}: checkpoint of {where} does not fit this run ({exc}); delete it to "
+            "restart the rule from step 0"
+        ) from None
+    with torch.no_grad():
+        U.copy_(state["U"])
+        V.copy_(state["V"])
+    return step, stopped.clone(), status, curves
 
 
 def record_result(run: Any, result: RuleResult, final_step: int) -> None:
@@ -271,7 +377,11 @@ def record_result(run: Any, result: RuleResult, final_step: int) -> None:
 
 def read_study(store: Any, study: str, spec_class: type[S]) -> tuple[S, list[RunState], dict]:
     """A sensing study from the store: its spec, every run's state, and label → the
-    :class:`RuleResult` of every completed run.
+    :class:`RuleResult` of every completed run whose result files verify.
+
+    A completed run whose result file is missing or no longer matches the sha256 the store
+    recorded is not read: its state becomes ``"unverified"`` with a message naming the file and
+    the run (so it shows as a failure, never as a row from a tampered file).
 
     Raises:
         ValueError: no such study, or one of another kind than ``spec_class``.
@@ -283,15 +393,24 @@ def read_study(store: Any, study: str, spec_class: type[S]) -> tuple[S, list[Run
         )
     runs = run_states(store, study)
     results: dict[str, RuleResult] = {}
-    for run in runs:
+    for i, run in enumerate(runs):
         if run.completed:
-            results.update(read_results(store, run.identity))
+            try:
+                results.update(read_results(store, run.identity))
+            except ArtifactError as exc:
+                runs[i] = run.unverified(exc)
     return spec_class.model_validate(row.spec), runs, results
 
 
 def read_results(store: Any, identity: str) -> dict[str, RuleResult]:
     """The ``result`` artifacts of a run's latest completed attempt, label → :class:`RuleResult`
-    (empty when the run has not completed)."""
+    (empty when the run has not completed). Each file is checked against the sha256 the store
+    recorded before it is parsed.
+
+    Raises:
+        ArtifactError: a result file is missing, changed since the run wrote it, or not a
+            rule result (the message names the file and the run).
+    """
     attempts = [a for a in store.attempts(identity) if a.termination == "completed"]
     if not attempts:
         return {}
@@ -299,6 +418,12 @@ def read_results(store: Any, identity: str) -> dict[str, RuleResult]:
     results = {}
     for art in store.artifacts(identity):
         if art.kind == "result" and art.ordinal == ordinal:
-            result = RuleResult.from_dict(json.loads(art.path.read_text(encoding="utf-8")))
+            data = verified_json(art)
+            try:
+                result = RuleResult.from_dict(data)
+            except TypeError as exc:
+                raise ArtifactError(
+                    f"{art.path}: result file of run {identity[:12]} is not a rule result ({exc})"
+                ) from None
             results[result.rule] = result
     return results

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gaugelab.experiments._convex import CONVEX
+from gaugelab.experiments._convex import CONVEX, CONVEX_SKIPPED
 from gaugelab.experiments._sensing import COORDINATEWISE_CLASS, EQUIVARIANT_CLASS, SensingBatch
 from gaugelab.experiments._study import paired_cells, paired_columns
 from gaugelab.experiments._training import DIVERGED, INTERPOLATED
@@ -23,6 +23,7 @@ from gaugelab.study.report import (
     StudyReport,
     Table,
     format_number,
+    palette,
     plot_curves,
     plot_scatter,
     save_figure,
@@ -116,6 +117,9 @@ def zoo_tables(result: ZooResult) -> list[Table]:
     rows = [_row(r, claims[r.klass]) for r in result.rows]
     if result.convex is not None:
         rows.append(_row(result.convex, "— (convex)"))
+    elif result.convex_skipped is not None:
+        why = result.convex_skipped.removeprefix(CONVEX_SKIPPED).strip(" ()") or "—"
+        rows.append([CONVEX, "— (convex)", None, "—", "skipped", why, None, None, None, "—", ""])
     spec = result.spec
     title = (
         f"matrix-sensing zoo: n = {spec.n}, r* = {spec.rank}, seeds {list(spec.seeds)}, "
@@ -182,12 +186,22 @@ def zoo_tables(result: ZooResult) -> list[Table]:
     return tables
 
 
+_MARKERS = {EQUIVARIANT_CLASS: "o", COORDINATEWISE_CLASS: "^", "convex": "D"}
+
+
+def rule_colors(result: ZooResult) -> dict[str, str]:
+    """One colour per rule (and the convex row), in table order, for every zoo figure."""
+    return palette([*result.spec.rules, CONVEX])
+
+
 def zoo_figures(result: ZooResult, directory: Path) -> list:
-    """Recovery against effective rank by class, singular spectra, and loss curves."""
+    """Recovery against effective rank per rule, singular spectra, and loss curves; each rule
+    has one colour in all three (:func:`rule_colors`)."""
     figures = []
+    colors = rule_colors(result)
     rows = result.rows + ([result.convex] if result.convex is not None else [])
     points = [
-        {"effective rank": er, "recovery error": rec, "class": r.klass, "rule": r.rule}
+        {"effective rank": er, "recovery error": rec, "rule": r.rule}
         for r in rows
         for rec, er in zip(r.recovery, r.effective_rank, strict=True)
     ]
@@ -196,27 +210,24 @@ def zoo_figures(result: ZooResult, directory: Path) -> list:
             points,
             x="effective rank",
             y="recovery error",
-            color_by="class",
+            color_by="rule",
             title="recovery error against effective rank (per seed)",
+            colors=colors,
+            markers={r.rule: _MARKERS[r.klass] for r in rows},
+            legend_outside=True,  # a legend, not labels on the points: nothing overlaps
         )
         ax = fig.axes[0]
         for r in rows:
             if r.recovery:
                 mean = (_mean(r.effective_rank), _mean(r.recovery))
-                ax.scatter(*mean, marker="x", color="black", s=16, linewidths=0.8)
-                ax.annotate(
-                    r.rule,
-                    mean,
-                    fontsize="small",
-                    xytext=(3, 3),
-                    textcoords="offset points",
-                )
+                ax.scatter(*mean, marker="x", color=colors[r.rule], s=40, linewidths=1.2)
         figures.append(
             save_figure(
                 fig,
                 directory,
                 "recovery_vs_effective_rank",
-                caption="each point a seed at the rule's chosen rate; × the rule's mean",
+                caption="each point a seed at the rule's chosen rate, × the rule's mean; "
+                "○ orthogonally equivariant, △ coordinatewise, ◇ the convex row",
             )
         )
     batch = SensingBatch.build(result.spec)
@@ -232,9 +243,10 @@ def zoo_figures(result: ZooResult, directory: Path) -> list:
         xlabel="index",
         ylabel="singular value",
         logy=True,
+        colors={**colors, "target": "black"},
     )
     ax = fig.axes[0]
-    ax.lines[0].set(color="black", linestyle="--")  # the target, apart from the rules
+    ax.lines[0].set(linestyle="--")  # the target, apart from the rules
     ax.legend(fontsize="small", ncols=2)
     figures.append(save_figure(fig, directory, "spectra", caption="dashed: the target X*"))
     curves = {}
@@ -251,8 +263,17 @@ def zoo_figures(result: ZooResult, directory: Path) -> list:
             ylabel="loss",
             logy=True,
             hlines={"interpolation": result.spec.interpolation_loss},
+            colors={**colors, "interpolation": "grey"},
         )
-        figures.append(save_figure(fig, directory, "loss_curves"))
+        figures.append(
+            save_figure(
+                fig,
+                directory,
+                "loss_curves",
+                caption="at each check step s the loss the interpolation check reads: the "
+                "pre-update loss of step s",
+            )
+        )
     return figures
 
 
@@ -289,8 +310,10 @@ def zoo_report(result: ZooResult, directory: Path) -> Path:
     for r in result.rows:
         if not r.choice.interpolated:
             notes.append(f"{r.rule}: {r.choice.reason}")
-    if result.convex is None and result.spec.convex:
-        notes.append(f"{CONVEX}: the convex row did not complete (is cvxpy installed?)")
+    if result.convex_skipped is not None:
+        notes.append(f"{CONVEX}: {result.convex_skipped}")
+    elif result.convex is None and result.spec.convex:
+        notes.append(f"{CONVEX}: the convex run did not complete (see the failures)")
     report = StudyReport(
         name=result.study,
         spec=result.spec.spec_dict(),
@@ -349,9 +372,25 @@ def dial_tables(result: DialResult) -> list[Table]:
     return [per_p, fixed, *([paired] if paired is not None else [])]
 
 
+def dial_colors(result: DialResult) -> dict[str, str]:
+    """One colour per line of the dial's figures: the per-p arm black, each shared rate a
+    shade of viridis (ordered like the rates), gd red, the planted rank grey."""
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    lrs = result.spec.lrs
+    shades = colormaps["viridis"]
+    colors = {"per-p rate": "black", "gd": "#d62728", "planted": "#7f7f7f"}
+    for j, lr in enumerate(lrs):
+        colors[f"fixed lr {lr:g}"] = to_hex(shades(0.1 + 0.75 * j / max(len(lrs) - 1, 1)))
+    return colors
+
+
 def dial_figures(result: DialResult, directory: Path) -> list:
-    """Recovery error and effective rank against p: per-p arm, fixed-rate arms, references."""
+    """Recovery error and effective rank against p: per-p arm, fixed-rate arms, references;
+    each line has one colour in both figures (:func:`dial_colors`)."""
     figures = []
+    colors = dial_colors(result)
     ps = [pt.p for pt in result.points]
     for metric, index, name in (
         ("recovery error", 0, "recovery"),
@@ -379,9 +418,10 @@ def dial_figures(result: DialResult, directory: Path) -> list:
             xlabel="p",
             ylabel=metric,
             hlines=hlines,
+            colors=colors,
         )
         ax = fig.axes[0]
-        ax.lines[0].set(color="black", linewidth=2.4, marker="o", zorder=5)  # the per-p arm
+        ax.lines[0].set(linewidth=2.4, marker="o", zorder=5)  # the per-p arm
         for line in ax.lines[1 : 1 + len(result.spec.lrs)]:
             line.set(linewidth=1.0, alpha=0.75, marker=".")
         ax.legend(fontsize="small")

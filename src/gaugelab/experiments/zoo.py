@@ -4,7 +4,8 @@ For each rule, every (seed × learning rate) trains as one ensemble (see ``_trai
 rate is chosen by the protocol's rule; the table reports recovery error, train loss, effective
 rank, balancedness and steps; the *split* compares the worst orthogonally equivariant rule with
 the best coordinatewise one. A convex reference row (minimum nuclear norm subject to the
-measurements, by cvxpy + SCS) is added when cvxpy is installed (``gaugelab[convex]``).
+measurements, by cvxpy + SCS) is added when cvxpy is installed (``gaugelab[convex]``); without
+it the row is reported as skipped (``skipped: install gaugelab[convex]``), not as a failure.
 
 The experiment surface (see :mod:`gaugelab.experiments`): :class:`ZooSpec`, :func:`plan` (one
 run per rule, plus one for the convex row: each resumable on its own, a failure of one rule
@@ -25,7 +26,12 @@ from typing import Any, ClassVar
 from pydantic import Field, field_validator, model_validator
 
 from gaugelab.determinism import deterministic
-from gaugelab.experiments._convex import CONVEX, nuclear_norm_reference
+from gaugelab.experiments._convex import (
+    CONVEX,
+    CONVEX_SKIPPED,
+    convex_missing,
+    nuclear_norm_reference,
+)
 from gaugelab.experiments._grids import LearningRateGrids
 from gaugelab.experiments._rates import RateChoice, select_rate
 from gaugelab.experiments._sensing import (
@@ -223,6 +229,8 @@ class ZooResult:
         convex: the convex reference row, if run and completed.
         split: the :class:`SplitVerdict` over ``rows`` (``None`` if a class is missing).
         runs: every run of the study with its latest termination (failures included).
+        convex_skipped: why the convex row was not run (cvxpy missing when the study was
+            planned: ``"skipped: install gaugelab[convex] …"``), else ``None``.
     """
 
     spec: ZooSpec
@@ -231,6 +239,7 @@ class ZooResult:
     convex: ZooRow | None
     split: SplitVerdict | None
     runs: list[RunState] = field(default_factory=list)
+    convex_skipped: str | None = None
 
     @property
     def failures(self) -> list[RunState]:
@@ -245,10 +254,14 @@ def default_study_name(spec: SensingExperiment) -> str:
 
 def plan(spec: ZooSpec, study: str | None = None) -> Sweep:
     """The zoo's runs: one per rule (``rules = (rule,)``, no convex row) and, if
-    ``spec.convex``, one for the convex row (``rules = ()``); the study is named
-    ``zoo-<identity prefix>`` unless ``study`` is given."""
+    ``spec.convex`` and cvxpy with SCS is installed here, one for the convex row
+    (``rules = ()``); the study is named ``zoo-<identity prefix>`` unless ``study`` is given.
+
+    Without cvxpy the convex row is skipped, not planned (so it never fails, and the same
+    command adds it once ``gaugelab[convex]`` is installed); :func:`collect` reports it as
+    skipped."""
     variants = [{"rules": [r], "convex": False} for r in spec.rules]
-    if spec.convex:
+    if spec.convex and convex_missing() is None:
         variants.append({"rules": [], "convex": True})
     return Sweep(spec, variants=variants, name=study or default_study_name(spec))
 
@@ -263,7 +276,10 @@ def collect(store: RunStore, study: str) -> ZooResult:
     rows = [ZooRow.from_result(results[r], rule_class(r)) for r in spec.rules if r in results]
     convex = ZooRow.from_result(results[CONVEX], "convex") if CONVEX in results else None
     split = split_verdict({r.rule: r.mean_recovery for r in rows}, {r.rule: r.klass for r in rows})
-    return ZooResult(spec, study, rows, convex, split, runs)
+    skipped = None
+    if spec.convex and not any(run.spec.get("convex") for run in runs):  # not planned
+        skipped = convex_missing() or f"{CONVEX_SKIPPED} (it is now: rerun to add the row)"
+    return ZooResult(spec, study, rows, convex, split, runs, skipped)
 
 
 def tables(result: ZooResult) -> list[Table]:

@@ -2,6 +2,8 @@
 
 The module takes plain data: a :class:`StudyReport` holds the spec (a mapping, shown as pretty
 JSON), run summaries, tables, saved figures, failures with their termination classes and notes.
+A page opens with the results (notes as its summary, tables, figures), then failures and runs,
+and ends with the spec in a collapsed ``<details>``.
 :func:`render_report` turns it into one HTML page that needs nothing else: figures are embedded
 as base64 PNG data URIs, the style is inline, there are no scripts, and a Content-Security-Policy
 forbids every request except ``data:`` images. Every user-supplied string (study name, labels,
@@ -43,6 +45,9 @@ __all__ = [
     "StudyReport",
     "Table",
     "format_number",
+    "new_report_dir",
+    "palette",
+    "path_slug",
     "plot_curves",
     "plot_scatter",
     "render_report",
@@ -53,6 +58,7 @@ __all__ = [
 PNG_DPI = 150
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _FIGURE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _TEMPLATE = "report.html.j2"
 
 Cell = str | float | int | None
@@ -126,7 +132,9 @@ class StudyReport:
         name: the study's name (user-supplied).
         spec: the study's spec as a JSON-able mapping, shown pretty-printed (keys sorted;
             values JSON cannot encode are shown with ``str``).
-        runs, tables, figures, failures, notes: the report's sections, in order.
+        runs, tables, figures, failures, notes: the report's sections. The page opens with
+            the results — the notes (verdicts first) as its summary, the tables, the figures
+            — then the failures and the runs, and ends with the spec, collapsed.
         created_at: when the report (or study) was made; omitted if ``None``.
     """
 
@@ -283,13 +291,33 @@ def render_report(report: StudyReport) -> str:
     )
 
 
-def new_report_dir(parent: str | Path) -> Path:
-    """Create and return a new, empty folder ``parent/<UTC time>`` (e.g. ``20261130T011500Z``).
+def path_slug(text: str, *, limit: int = 60) -> str:
+    """A file-system-safe stem for ``text``: letters, digits, ``.``, ``_``, ``-`` only.
 
+    Anything else becomes ``_``; the result starts with a letter or digit (so it is never
+    ``.``, ``..``, absolute or hidden). When the slug differs from ``text`` (or is cut at
+    ``limit`` characters), 8 hex characters of its sha256 are appended, so distinct names never
+    share a slug: ``"zoo-1"`` stays ``"zoo-1"``, ``"../../x"`` becomes ``"x-<digest>"``.
+    """
+    slug = _UNSAFE.sub("_", text).lstrip("._-")[:limit]
+    if slug != text or not slug:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+        slug = f"{slug}-{digest}" if slug else digest
+    return slug
+
+
+def new_report_dir(parent: str | Path, *, study: str | None = None) -> Path:
+    """Create and return a new, empty folder ``parent/<UTC time>`` (e.g. ``20261130T011500Z``),
+    or ``parent/<path_slug(study)>/<UTC time>`` when ``study`` is given.
+
+    The study name (user-supplied) only ever becomes one path component through
+    :func:`path_slug`, so ``study="../../x"`` or ``study="/abs/path"`` stays inside ``parent``.
     Two reports within the same second get ``…Z-2``, ``…Z-3``: a folder is never reused, so
     nothing already written is overwritten.
     """
     parent = Path(parent)
+    if study is not None:
+        parent = parent / path_slug(study)
     parent.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for n in itertools.count(1):
@@ -344,6 +372,7 @@ def plot_curves(
     ylabel: str,
     logy: bool = False,
     hlines: Mapping[str, float] | None = None,
+    colors: Mapping[str, str] | None = None,
 ) -> Figure:
     """One line per series against step (e.g. logit distance per twin, log scale).
 
@@ -352,6 +381,9 @@ def plot_curves(
         title, xlabel, ylabel: axis text.
         logy: log-scale y axis; non-positive values are masked (not plotted).
         hlines: label → y of a dashed horizontal reference line (e.g. the noise floor).
+        colors: label (of a series or an hline) → a matplotlib colour, so one thing keeps its
+            colour across every figure of a report (see :func:`palette`); labels not in it
+            take the default colour cycle in order.
 
     Returns:
         A ``matplotlib.figure.Figure`` on an Agg canvas (for :func:`save_figure`).
@@ -362,6 +394,8 @@ def plot_curves(
     if not series:
         raise ValueError("plot_curves: series is empty; pass at least one label → (steps, values)")
     fig, ax = _new_figure()
+    colors = colors or {}
+    cycle = (f"C{i % 10}" for i in itertools.count())
     for label, pair in series.items():
         steps, values = (np.asarray(a, dtype=np.float64) for a in pair)
         if steps.ndim != 1 or steps.shape != values.shape:
@@ -371,11 +405,13 @@ def plot_curves(
             )
         if logy:
             values = np.where(values > 0, values, np.nan)
-        ax.plot(steps, values, label=str(label), linewidth=1.4)
-    for i, (label, y) in enumerate((hlines or {}).items()):
+        ax.plot(
+            steps, values, label=str(label), linewidth=1.4, color=colors.get(label) or next(cycle)
+        )
+    for label, y in (hlines or {}).items():
         ax.axhline(
             float(y),
-            color=f"C{(len(series) + i) % 10}",
+            color=colors.get(label) or next(cycle),
             linestyle="--",
             linewidth=1.0,
             label=str(label),
@@ -397,6 +433,9 @@ def plot_scatter(
     title: str = "",
     logx: bool = False,
     logy: bool = False,
+    colors: Mapping[str, str] | None = None,
+    markers: Mapping[str, str] | None = None,
+    legend_outside: bool = False,
 ) -> Figure:
     """Scatter ``point[x]`` against ``point[y]``, one colour per distinct ``point[color_by]``.
 
@@ -407,6 +446,10 @@ def plot_scatter(
             the points by colour, with a legend; ``None`` plots one group.
         title: figure title.
         logx, logy: log-scale axes.
+        colors: group → matplotlib colour (default: the colour cycle in order).
+        markers: group → matplotlib marker (default ``"o"``).
+        legend_outside: put the legend right of the axes, where it covers no point (for
+            many groups; the legend then names every group instead of labels on the points).
 
     Returns:
         A ``matplotlib.figure.Figure`` on an Agg canvas.
@@ -427,8 +470,10 @@ def plot_scatter(
         xs.append(float(point[x]))
         ys.append(float(point[y]))
     fig, ax = _new_figure()
-    for group, (xs, ys) in groups.items():
-        ax.scatter(xs, ys, s=18, label=group or None)
+    for i, (group, (xs, ys)) in enumerate(groups.items()):
+        color = (colors or {}).get(group) or f"C{i % 10}"
+        marker = (markers or {}).get(group, "o")
+        ax.scatter(xs, ys, s=18, label=group or None, color=color, marker=marker)
     if logx:
         ax.set_xscale("log")
     if logy:
@@ -436,5 +481,26 @@ def plot_scatter(
     ax.set(title=title, xlabel=x, ylabel=y)
     ax.grid(True, alpha=0.3)
     if color_by is not None:
-        ax.legend(title=color_by, fontsize="small")
+        where = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)} if legend_outside else {}
+        ax.legend(title=color_by, fontsize="small", **where)
     return fig
+
+
+def palette(labels: Sequence[str]) -> dict[str, str]:
+    """One distinct colour per label, in order: matplotlib's ``tab10`` for the first ten, then
+    ``tab20``'s light shades. Pass the same mapping to every figure of a report (``colors=``)
+    so that a rule, optimizer or arm has one colour throughout.
+
+    Returns:
+        label → hex colour (``"#1f77b4"``, …); a repeated label keeps its first colour.
+    """
+    from matplotlib import colormaps
+    from matplotlib.colors import to_hex
+
+    shades = [to_hex(c) for c in colormaps["tab10"].colors]
+    shades += [to_hex(c) for c in colormaps["tab20"].colors[1::2]]
+    out: dict[str, str] = {}
+    for label in labels:
+        if label not in out:
+            out[label] = shades[len(out) % len(shades)]
+    return out

@@ -13,9 +13,7 @@ overwriting anything. Every string taken from the store is escaped when the page
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ from gaugelab.study.report import (
     RunSummary,
     StudyReport,
     Table,
+    path_slug,
     plot_curves,
     save_figure,
     write_report,
@@ -49,8 +48,6 @@ MAX_SERIES = 24
 MAX_SUMMARY_METRICS = 12
 """Most metric columns in the runs section; the final-metrics table always lists every one."""
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
 
 def metric_family(name: str) -> tuple[str, str]:
     """Split a metric name into ``(family, member)``: one figure per family, one line per member.
@@ -62,20 +59,6 @@ def metric_family(name: str) -> tuple[str, str]:
     """
     member, sep, rest = name.partition("/")
     return (rest, member) if sep and rest else (name, "")
-
-
-def path_slug(text: str, *, limit: int = 60) -> str:
-    """A file-system-safe stem for ``text``: letters, digits, ``.``, ``_``, ``-`` only.
-
-    Anything else becomes ``_``; the result starts with a letter or digit. When the slug differs
-    from ``text`` (or is cut at ``limit`` characters), 8 hex characters of its sha256 are
-    appended, so distinct names never share a slug.
-    """
-    slug = _UNSAFE.sub("_", text).lstrip("._-")[:limit]
-    if slug != text or not slug:
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
-        slug = f"{slug}-{digest}" if slug else digest
-    return slug
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
