@@ -6,9 +6,21 @@
 * :class:`ModularArithmetic` — ``(a op b) mod p`` tables (docs/protocols.md §5);
 * :class:`CharText` — character-level text windows with a seeded minibatch stream; the
   packaged tiny-shakespeare by :meth:`CharText.tiny_shakespeare` (digest
-  :data:`TINY_SHAKESPEARE_SHA256`, checked on every load; raw text :func:`tiny_shakespeare_bytes`).
+  :data:`TINY_SHAKESPEARE_SHA256`, checked on every load; raw text :func:`tiny_shakespeare_bytes`);
+* :class:`TwoDomainText` — the retention and target domains with one vocabulary and seeded
+  train / val / test splits (:mod:`gaugelab.tasks.domains`), defined by a :class:`TwoDomainSpec`
+  from :func:`two_domain_spec`, whose :class:`TextSource` records (tiny-shakespeare, the pinned
+  stdlib list :data:`STDLIB_FILES`, user paths) pin every file's sha256
+  (:mod:`gaugelab.tasks.sources`).
 """
 
+from gaugelab.tasks.domains import (
+    DomainText,
+    TwoDomainSpec,
+    TwoDomainText,
+    UnknownReport,
+    two_domain_spec,
+)
 from gaugelab.tasks.modular import ModularArithmetic
 from gaugelab.tasks.sensing import (
     MatrixSensing,
@@ -18,17 +30,36 @@ from gaugelab.tasks.sensing import (
     factor_init,
     make_sensing,
 )
+from gaugelab.tasks.sources import (
+    STDLIB_FILES,
+    TextSource,
+    path_source,
+    read_source,
+    stdlib_source,
+    tiny_shakespeare_source,
+)
 from gaugelab.tasks.text import TINY_SHAKESPEARE_SHA256, CharText, tiny_shakespeare_bytes
 
 __all__ = [
+    "STDLIB_FILES",
     "TINY_SHAKESPEARE_SHA256",
     "CharText",
+    "DomainText",
     "MatrixSensing",
     "ModularArithmetic",
     "SensingInstance",
+    "TextSource",
+    "TwoDomainSpec",
+    "TwoDomainText",
+    "UnknownReport",
     "balancedness",
     "effective_rank",
     "factor_init",
     "make_sensing",
+    "path_source",
+    "read_source",
+    "stdlib_source",
     "tiny_shakespeare_bytes",
+    "tiny_shakespeare_source",
+    "two_domain_spec",
 ]

@@ -1,0 +1,422 @@
+"""Two text domains with one character vocabulary: the retention and the target corpus.
+
+The low-rank studies pretrain a character model on a *retention* domain (the packaged
+tiny-shakespeare) and fine-tune it on a *target* domain (by default the pinned standard-library
+source of the running interpreter, :data:`gaugelab.tasks.sources.STDLIB_FILES`), measuring how
+well each is predicted. :class:`TwoDomainSpec` is the corpus's identity (both sources with
+their digests, the split fractions, the seed, the window length); :class:`TwoDomainText` is the
+corpus it defines:
+
+* **Splits.** Each domain's ``N``-character text is cut into ``n_chunks`` contiguous chunks,
+  chunk ``i`` being characters ``[i·N // n_chunks, (i+1)·N // n_chunks)``. One
+  ``torch.Generator`` seeded with ``seed`` draws ``torch.randperm(n_chunks)`` for the retention
+  domain, then one for the target domain; in each, the first ``n_train`` chunks are the training
+  split, the next ``n_val`` the validation split and the last ``n_test`` the test split
+  (:meth:`TwoDomainSpec.chunk_counts`). Every character belongs to exactly one split; a split
+  holds its chunks in text order.
+* **Vocabulary.** The sorted set of the characters of the retention *training* split and the
+  target *training* split, plus one reserved unknown token, id ``len(chars)`` (the last). A
+  character outside it (so only in a validation or test split) is encoded as the unknown token;
+  :attr:`TwoDomainText.unknown` counts them per domain and split, and names them.
+* **Windows.** As :class:`gaugelab.tasks.CharText`: ``x = data[o : o + block_size]``,
+  ``y = data[o + 1 : o + block_size + 1]``, but a window never spans two chunks that are not
+  adjacent in the text (offsets are uniform over the windows inside runs of consecutive chunks).
+
+Nothing is downloaded. Source: karpathy2015char (character vocabulary, contiguous windows);
+biderman2024lora (target learning against retention of the source domain: code as a target).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gaugelab.tasks.sources import (
+    DEFAULT_PATTERNS,
+    TextSource,
+    path_source,
+    read_source,
+    stdlib_source,
+    tiny_shakespeare_source,
+)
+
+__all__ = ["DOMAINS", "SPLITS", "UNKNOWN", "DomainText", "TwoDomainSpec", "TwoDomainText",
+           "UnknownReport", "two_domain_spec"]  # fmt: skip
+
+DOMAINS = ("retention", "target")
+SPLITS = ("train", "val", "test")
+UNKNOWN = "\ufffd"
+"""What :meth:`DomainText.decode` writes for the unknown token (U+FFFD REPLACEMENT CHARACTER)."""
+
+
+class TwoDomainSpec(BaseModel):
+    """The identity of a two-domain corpus: both sources with their digests, split and windows.
+
+    Build one with :func:`two_domain_spec`; load the corpus with :class:`TwoDomainText`.
+
+    Raises:
+        pydantic.ValidationError (a ``ValueError``): a field out of range; a split of 0 chunks;
+            a chunk of either domain not longer than ``block_size``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    retention: TextSource = Field(description="The retention domain's text (tiny-shakespeare).")
+    target: TextSource = Field(description="The target domain's text (the stdlib by default).")
+    val_fraction: float = Field(0.1, gt=0, lt=1, description="Fraction of chunks validating.")
+    test_fraction: float = Field(0.1, gt=0, lt=1, description="Fraction of chunks held out.")
+    n_chunks: int = Field(100, ge=3, description="Contiguous chunks each domain is cut into.")
+    seed: int = Field(0, description="Seed of the chunks' assignment to splits.")
+    block_size: int = Field(64, ge=1, description="Window length in characters (n_ctx).")
+
+    def chunk_counts(self) -> tuple[int, int, int]:
+        """``(n_train, n_val, n_test)`` chunks per domain: ``n_val`` and ``n_test`` are
+        ``val_fraction · n_chunks`` and ``test_fraction · n_chunks`` rounded to the nearest
+        integer (halves up), ``n_train`` the rest."""
+        n_val = int(self.val_fraction * self.n_chunks + 0.5)  # nearest, halves up
+        n_test = int(self.test_fraction * self.n_chunks + 0.5)
+        return self.n_chunks - n_val - n_test, n_val, n_test
+
+    @model_validator(mode="after")
+    def _check(self) -> TwoDomainSpec:
+        counts = self.chunk_counts()
+        if min(counts) < 1:
+            raise ValueError(
+                f"TwoDomainSpec: val_fraction={self.val_fraction}, test_fraction="
+                f"{self.test_fraction} of n_chunks={self.n_chunks} give {counts} train/val/test "
+                f"chunks; allowed: at least one chunk in each split"
+            )
+        for name in DOMAINS:
+            source: TextSource = getattr(self, name)
+            shortest = source.n_chars // self.n_chunks
+            if shortest <= self.block_size:
+                raise ValueError(
+                    f"TwoDomainSpec: block_size={self.block_size}; allowed: block_size < "
+                    f"{shortest}, the shortest {name} chunk ({source.n_chars} characters / "
+                    f"n_chunks={self.n_chunks})"
+                )
+        return self
+
+
+def two_domain_spec(
+    target: str | os.PathLike[str] | TextSource | None = None,
+    *,
+    retention: str | os.PathLike[str] | TextSource | None = None,
+    patterns: Sequence[str] = DEFAULT_PATTERNS,
+    **fields,
+) -> TwoDomainSpec:
+    """The spec of the retention and target domains, reading each source once for its digests.
+
+    Args:
+        target: ``None`` (default) for :func:`~gaugelab.tasks.sources.stdlib_source` (the
+            pinned stdlib files of the running interpreter), a UTF-8 file or folder for
+            :func:`~gaugelab.tasks.sources.path_source`, or a :class:`TextSource`.
+        retention: ``None`` (default) for the packaged tiny-shakespeare; a path or a record as
+            ``target``.
+        patterns: glob patterns for a folder ``target`` or ``retention``.
+        **fields: the other :class:`TwoDomainSpec` fields (``val_fraction``, ``test_fraction``,
+            ``n_chunks``, ``seed``, ``block_size``).
+
+    Returns:
+        A frozen :class:`TwoDomainSpec`.
+
+    Raises:
+        FileNotFoundError, ValueError: from the source constructors (a missing file, a
+            non-UTF-8 file, an empty folder); pydantic.ValidationError (a ``ValueError``): a
+            field out of range (see :class:`TwoDomainSpec`).
+    """
+
+    def resolve(source, default):
+        if source is None:
+            return default()
+        return source if isinstance(source, TextSource) else path_source(source, patterns)
+
+    return TwoDomainSpec(
+        retention=resolve(retention, tiny_shakespeare_source),
+        target=resolve(target, stdlib_source),
+        **fields,
+    )
+
+
+@dataclass(frozen=True)
+class UnknownReport:
+    """The characters of one domain's split that are outside the shared vocabulary.
+
+    Attributes:
+        domain: ``"retention"`` or ``"target"``; split: ``"train"``, ``"val"`` or ``"test"``.
+        count: how many characters of the split were encoded as the unknown token.
+        characters: ``((char, count), …)`` sorted by character; the counts sum to ``count``.
+    """
+
+    domain: str
+    split: str
+    count: int
+    characters: tuple[tuple[str, int], ...]
+
+
+class _Vocabulary:
+    """Sorted code points plus one unknown id; encodes code-point tensors."""
+
+    def __init__(self, codepoints: torch.Tensor) -> None:
+        self.codepoints = torch.unique(codepoints)  # sorted, [V - 1]
+        self.chars = tuple(chr(c) for c in self.codepoints.tolist())
+        self.unk_id = len(self.chars)
+
+    def encode(self, cps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([L] long ids, [L] bool unknown mask)`` of ``[L]`` long code points."""
+        ids = torch.searchsorted(self.codepoints, cps)
+        unknown = self.codepoints[ids.clamp(max=self.unk_id - 1)] != cps
+        return torch.where(unknown, self.unk_id, ids), unknown
+
+
+def _codepoints(text: str) -> torch.Tensor:
+    """``[len(text)]`` long code points of ``text``."""
+    if not text:
+        return torch.zeros(0, dtype=torch.long)
+    return torch.frombuffer(bytearray(text.encode("utf-32-le")), dtype=torch.int32).long()
+
+
+def _chunks(cps: torch.Tensor, n_chunks: int) -> list[torch.Tensor]:
+    """The ``n_chunks`` contiguous chunks of ``[N]`` code points: ``[i·N // n, (i+1)·N // n)``."""
+    bounds = [i * cps.numel() // n_chunks for i in range(n_chunks + 1)]
+    return [cps[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+class DomainText:
+    """One domain of a :class:`TwoDomainText`: three splits over the shared vocabulary.
+
+    The window interface is :class:`gaugelab.tasks.CharText`'s (``data``, ``get_batch``,
+    ``batches``, ``encode``, ``decode``, ``d_vocab``, ``n_ctx``), with a third split, ``"test"``,
+    so training code consumes either domain, or a one-domain ``CharText``, the same way.
+
+    Attributes:
+        name: ``"retention"`` or ``"target"``; source: its :class:`TextSource`; sha256: the
+            source's text digest.
+        chars: the shared vocabulary (``tuple[str, ...]``, sorted), without the unknown token.
+        d_vocab: ``len(chars) + 1``; unk_id: ``len(chars)``, the unknown token.
+        block_size, n_ctx: the window length; n_chars: characters in the domain's text.
+        chunks: ``{split: tuple of chunk indices}``, sorted; disjoint, covering
+            ``range(n_chunks)``.
+        train_data, val_data, test_data: ``[len]`` long ids of each split (its chunks joined in
+            text order).
+    """
+
+    def __init__(
+        self, name: str, spec: TwoDomainSpec, cps: torch.Tensor, layout: dict[str, list[int]],
+        vocab: _Vocabulary,
+    ) -> None:  # fmt: skip
+        self.name, self.source, self.block_size = name, getattr(spec, name), spec.block_size
+        self.sha256, self.n_chars, self._vocab = self.source.sha256, cps.numel(), vocab
+        self.chars, self.unk_id, self.d_vocab = vocab.chars, vocab.unk_id, vocab.unk_id + 1
+        pieces = _chunks(cps, spec.n_chunks)
+        self.chunks = {split: tuple(sorted(layout[split])) for split in SPLITS}
+        self._data, self._windows, self._unknown = {}, {}, {}
+        for split, chunks in self.chunks.items():
+            text = torch.cat([pieces[i] for i in chunks])  # code points, in text order
+            self._data[split], unknown = vocab.encode(text)
+            self._unknown[split] = text[unknown]
+            # runs of consecutive chunks are contiguous text: windows may span their seams
+            runs = itertools.groupby(
+                enumerate(chunks), key=lambda ki: ki[1] - ki[0]
+            )  # i − k: a run
+            lengths = [sum(pieces[i].numel() for _, i in run) for _, run in runs]
+            starts = [0, *itertools.accumulate(lengths)][:-1]
+            counts = torch.tensor(lengths) - self.block_size  # windows per run, >= 1
+            self._windows[split] = (torch.tensor(starts), counts.cumsum(0), counts)
+        self.train_data, self.val_data = self._data["train"], self._data["val"]
+        self.test_data = self._data["test"]
+
+    @property
+    def n_ctx(self) -> int:
+        """The window length, ``block_size``."""
+        return self.block_size
+
+    def data(self, split: str) -> torch.Tensor:
+        """The ``[len]`` long ids of ``split`` (``"train"``, ``"val"`` or ``"test"``).
+
+        Raises:
+            ValueError: unknown ``split``.
+        """
+        if split not in self._data:
+            raise ValueError(f"DomainText.data: split={split!r}; allowed: {', '.join(SPLITS)}")
+        return self._data[split]
+
+    def unknown(self, split: str) -> UnknownReport:
+        """The characters of ``split`` outside the vocabulary (see :class:`UnknownReport`).
+
+        Raises:
+            ValueError: unknown ``split``.
+        """
+        self.data(split)
+        cps, counts = torch.unique(self._unknown[split], return_counts=True)
+        chars = tuple((chr(c), n) for c, n in zip(cps.tolist(), counts.tolist(), strict=True))
+        return UnknownReport(self.name, split, int(counts.sum()), chars)
+
+    def encode(self, s: str) -> torch.Tensor:
+        """``[len(s)]`` long ids of ``s``; characters outside the vocabulary map to ``unk_id``."""
+        return self._vocab.encode(_codepoints(s))[0]
+
+    def decode(self, ids: torch.Tensor | Sequence[int]) -> str:
+        """The string of ``[L]`` ids in ``[0, d_vocab)``; ``unk_id`` decodes to :data:`UNKNOWN`.
+
+        Raises:
+            ValueError: ``ids`` is not one-dimensional or holds an id outside ``[0, d_vocab)``.
+        """
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() != 1:
+                raise ValueError(
+                    f"DomainText.decode: ids has shape {tuple(ids.shape)}; allowed: [L]"
+                )
+            ids = ids.tolist()
+        table = (*self.chars, UNKNOWN)
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.d_vocab:
+                raise ValueError(f"DomainText.decode: id {i!r}; allowed: 0 <= id < {self.d_vocab}")
+        return "".join(table[i] for i in ids)
+
+    def get_batch(
+        self, split: str, batch_size: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One minibatch of windows of ``split``, drawn from ``generator``.
+
+        Draws ``torch.randint(n_windows, (batch_size,), generator=generator)`` over the split's
+        ``n_windows`` windows (those inside one run of consecutive chunks) and nothing else.
+
+        Args:
+            split: ``"train"``, ``"val"`` or ``"test"``; batch_size: ``B ≥ 1``.
+            generator: a CPU ``torch.Generator``; advanced by the draw.
+
+        Returns:
+            ``(x, y)``, both ``[B, block_size]`` long; ``y[:, :-1] == x[:, 1:]``.
+
+        Raises:
+            ValueError: unknown ``split`` or ``batch_size < 1``.
+            TypeError: ``generator`` is not a ``torch.Generator``.
+        """
+        data = self.data(split)
+        _check_batch_size("DomainText.get_batch", batch_size)
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"DomainText.get_batch: generator={generator!r}; allowed: a torch.Generator"
+            )
+        starts, ends, counts = self._windows[split]
+        u = torch.randint(int(ends[-1]), (batch_size,), generator=generator)  # [B]
+        run = torch.searchsorted(ends, u, right=True)  # [B], the run holding window u
+        offsets = starts[run] + u - (ends[run] - counts[run])  # [B]
+        index = offsets[:, None] + torch.arange(self.block_size)  # [B, block_size]
+        return data[index], data[index + 1]
+
+    def batches(
+        self, batch_size: int, seed: int, split: str = "train", *, steps: int | None = None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """A deterministic stream of minibatches from a fresh generator seeded with ``seed``.
+
+        Args:
+            batch_size: ``B ≥ 1``; seed: an integer; split: ``"train"`` (default), ``"val"``
+                or ``"test"``; steps: number of batches, ``None`` (default) for ever.
+
+        Yields:
+            ``(x, y)``, both ``[B, block_size]`` long, as :meth:`get_batch`.
+
+        Raises:
+            ValueError: unknown ``split``, ``batch_size < 1``, ``seed`` not an integer or
+                ``steps < 0`` (at the call, not at the first ``next``).
+        """
+        self.data(split)
+        _check_batch_size("DomainText.batches", batch_size)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"DomainText.batches: seed={seed!r}; allowed: an integer")
+        if steps is not None and (
+            isinstance(steps, bool) or not isinstance(steps, int) or steps < 0
+        ):
+            raise ValueError(
+                f"DomainText.batches: steps={steps!r}; allowed: None or an integer >= 0"
+            )
+        return self._stream(split, batch_size, torch.Generator().manual_seed(seed), steps)
+
+    def _stream(self, split, batch_size, generator, steps):
+        count = 0
+        while steps is None or count < steps:
+            yield self.get_batch(split, batch_size, generator)
+            count += 1
+
+    def __repr__(self) -> str:
+        sizes = " / ".join(f"{self._data[s].numel()} {s}" for s in SPLITS)
+        return f"DomainText({self.name!r}, {self.source.describe()}; {sizes})"
+
+
+def _check_batch_size(where: str, batch_size: object) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"{where}: batch_size={batch_size!r}; allowed: an integer >= 1")
+
+
+class TwoDomainText:
+    """The retention and target domains of ``spec``, split and encoded with one vocabulary.
+
+    Reads both sources (every file's digest checked against the spec), cuts and assigns the
+    chunks, builds the shared vocabulary from the two training splits and encodes every split
+    (see the module docstring for each rule).
+
+    Args:
+        spec: a :class:`TwoDomainSpec` (e.g. from :func:`two_domain_spec`).
+
+    Attributes:
+        spec: the spec; retention, target: the two :class:`DomainText`.
+        chars: the shared vocabulary, sorted (``tuple[str, ...]``); d_vocab: ``len(chars) + 1``;
+            unk_id: ``len(chars)``.
+        unknown: six :class:`UnknownReport`, one per domain and split (training splits: 0).
+        n_unknown: total characters encoded as the unknown token.
+
+    Raises:
+        TypeError: ``spec`` is not a :class:`TwoDomainSpec`.
+        FileNotFoundError, ValueError: from :func:`gaugelab.tasks.sources.read_source` (a file
+            gone or changed since the spec was made).
+
+    Source:
+        karpathy2015char (character vocabulary, contiguous windows).
+    """
+
+    def __init__(self, spec: TwoDomainSpec) -> None:
+        if not isinstance(spec, TwoDomainSpec):
+            raise TypeError(f"TwoDomainText: spec={spec!r}; allowed: a TwoDomainSpec")
+        self.spec = spec
+        n_train, n_val, _ = spec.chunk_counts()
+        generator = torch.Generator().manual_seed(spec.seed)
+        texts, layouts = {}, {}
+        for name in DOMAINS:  # retention's permutation first, then target's
+            texts[name] = _codepoints(read_source(getattr(spec, name)))
+            order = torch.randperm(spec.n_chunks, generator=generator).tolist()
+            cut = (order[:n_train], order[n_train : n_train + n_val], order[n_train + n_val :])
+            layouts[name] = dict(zip(SPLITS, cut, strict=True))
+        train = [
+            _chunks(texts[name], spec.n_chunks)[i]
+            for name in DOMAINS
+            for i in layouts[name]["train"]
+        ]
+        vocab = _Vocabulary(torch.cat(train))
+        self.chars, self.unk_id, self.d_vocab = vocab.chars, vocab.unk_id, vocab.unk_id + 1
+        retention, target = (DomainText(n, spec, texts[n], layouts[n], vocab) for n in DOMAINS)
+        self.retention, self.target = retention, target
+        self.unknown = tuple(self.domain(d).unknown(s) for d in DOMAINS for s in SPLITS)
+        self.n_unknown = sum(r.count for r in self.unknown)
+
+    def domain(self, name: str) -> DomainText:
+        """The :class:`DomainText` ``name`` (``"retention"`` or ``"target"``).
+
+        Raises:
+            ValueError: unknown ``name``.
+        """
+        if name not in DOMAINS:
+            raise ValueError(f"TwoDomainText.domain: name={name!r}; allowed: {', '.join(DOMAINS)}")
+        return getattr(self, name)
+
+    def __repr__(self) -> str:
+        return (
+            f"TwoDomainText({self.d_vocab} tokens (1 unknown), {self.n_unknown} unknown "
+            f"characters; {self.retention!r}, {self.target!r})"
+        )
