@@ -393,11 +393,10 @@ class TwoDomainText:
             order = torch.randperm(spec.n_chunks, generator=generator).tolist()
             cut = (order[:n_train], order[n_train : n_train + n_val], order[n_train + n_val :])
             layouts[name] = dict(zip(SPLITS, cut, strict=True))
-        train = [
-            _chunks(texts[name], spec.n_chunks)[i]
-            for name in DOMAINS
-            for i in layouts[name]["train"]
-        ]
+        train = []  # the training code points of both domains
+        for name in DOMAINS:
+            pieces = _chunks(texts[name], spec.n_chunks)
+            train += [pieces[i] for i in layouts[name]["train"]]
         vocab = _Vocabulary(torch.cat(train))
         self.chars, self.unk_id, self.d_vocab = vocab.chars, vocab.unk_id, vocab.unk_id + 1
         retention, target = (DomainText(n, spec, texts[n], layouts[n], vocab) for n in DOMAINS)
