@@ -1,6 +1,7 @@
 """Models: the decoder-only Transformer, its configuration, per-head views, and the gauge it
 really has."""
 
+from gaugelab.models import lora as lora  # the LoRA layer: gaugelab.models.lora
 from gaugelab.models.config import TransformerConfig
 from gaugelab.models.ensemble import Ensemble
 from gaugelab.models.heads import (

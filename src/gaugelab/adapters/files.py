@@ -1,0 +1,214 @@
+"""PEFT adapter files on disk: ``adapter_model.safetensors`` + ``adapter_config.json``.
+
+Tensors are read and written with ``safetensors`` only; a pickle checkpoint
+(``adapter_model.bin``) is refused, never loaded. Keys follow ``save_pretrained``:
+``base_model.model.<module path>.lora_A.weight`` and ``….lora_B.weight`` (PEFT strips the
+adapter name, ``default``, from the keys it writes). gaugelab also writes
+``gaugelab_factor_records.json``, the factor records of §0x07I; PEFT ignores the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import safetensors
+import safetensors.torch
+import torch
+
+WEIGHTS = "adapter_model.safetensors"
+CONFIG = "adapter_config.json"
+RECORDS = "gaugelab_factor_records.json"
+PICKLES = ("adapter_model.bin", "pytorch_model.bin")
+PREFIX = "base_model.model."
+HALVES = {"lora_A": ".lora_A.weight", "lora_B": ".lora_B.weight"}
+RECORDS_FORMAT = "gaugelab-factor-records"
+
+
+def factor_key(module: str, half: str) -> str:
+    """The PEFT key of one factor: ``factor_key("blocks.0.attn.q_proj", "lora_A")`` is
+    ``base_model.model.blocks.0.attn.q_proj.lora_A.weight``."""
+    return f"{PREFIX}{module}{HALVES[half]}"
+
+
+def adapter_directory(path: str | os.PathLike, *, owner: str) -> Path:
+    """The adapter directory named by ``path`` (the directory, or a file inside it).
+
+    Raises:
+        ValueError: ``path`` is (or the directory holds only) a pickle checkpoint, which is
+            never unpickled; or neither the weights nor the config is there.
+    """
+    path = Path(path)
+    folder = path.parent if path.is_file() else path
+    if path.is_file() and path.name != WEIGHTS and path.name != CONFIG:
+        if path.suffix in (".bin", ".pt", ".pth", ".ckpt"):
+            raise ValueError(_pickle_refusal(owner, path))
+        raise ValueError(
+            f"{owner}: {path} is not a PEFT adapter file; allowed: a directory "
+            f"holding {WEIGHTS} and {CONFIG}"
+        )
+    if not (folder / WEIGHTS).is_file():
+        pickles = [folder / p for p in PICKLES if (folder / p).is_file()]
+        if pickles:
+            raise ValueError(_pickle_refusal(owner, pickles[0]))
+        raise ValueError(
+            f"{owner}: {folder / WEIGHTS} does not exist; allowed: a PEFT adapter "
+            f"directory with {WEIGHTS} and {CONFIG}"
+        )
+    if not (folder / CONFIG).is_file():
+        raise ValueError(f"{owner}: {folder / CONFIG} does not exist; the scale s = α/r needs it")
+    return folder
+
+
+def _pickle_refusal(owner: str, path: Path) -> str:
+    return (
+        f"{owner}: {path} is a pickle checkpoint, which gaugelab never loads (unpickling runs "
+        "arbitrary code); allowed: adapter_model.safetensors — re-save it, where you trust the "
+        "file, with PEFT's save_pretrained(..., safe_serialization=True)"
+    )
+
+
+def read_config(folder: Path, *, owner: str) -> dict[str, Any]:
+    """The parsed ``adapter_config.json`` of ``folder``.
+
+    Raises:
+        ValueError: the file is not valid JSON.
+    """
+    try:
+        return json.loads((folder / CONFIG).read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{owner}: {folder / CONFIG} is not valid JSON ({e})") from None
+
+
+def read_factors(folder: Path, *, owner: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Module path → ``(A [r, d_in], B [d_out, r])`` from ``adapter_model.safetensors``.
+
+    Raises:
+        ValueError: an unreadable file; a key outside PEFT's LoRA layout (DoRA magnitudes,
+            biases, ``modules_to_save`` copies, embedding factors, an adapter name left in the
+            key); a tensor that is not 2-D (1-D included), not floating point, or not finite;
+            a module with only one half; A and B whose ranks differ — each naming the key.
+    """
+    file = folder / WEIGHTS
+    try:
+        tensors = safetensors.torch.load_file(str(file))
+    except (safetensors.SafetensorError, OSError) as e:
+        raise ValueError(f"{owner}: {file} is not a readable safetensors file ({e})") from None
+    halves: dict[str, dict[str, torch.Tensor]] = {}
+    for key, t in tensors.items():
+        half = next((h for h, s in HALVES.items() if key.endswith(s)), None)
+        module = key[len(PREFIX) : -len(HALVES[half])] if half else ""
+        if not key.startswith(PREFIX) or not module:
+            raise ValueError(
+                f"{owner}: {file}: key {key!r} is not a LoRA factor; allowed: "
+                f"{PREFIX}<module>.lora_A.weight / .lora_B.weight"
+            )
+        if t.dim() != 2:
+            raise ValueError(
+                f"{owner}: {file}: {key} has shape {list(t.shape)} ({t.dim()}-D); "
+                "allowed: a 2-D factor"
+            )
+        if not t.is_floating_point():
+            raise ValueError(f"{owner}: {file}: {key} is {t.dtype}; allowed: floating point")
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
+        halves.setdefault(module, {})[half] = t
+    factors = {}
+    for module, pair in halves.items():
+        for half in HALVES:
+            if half not in pair:
+                other = next(iter(pair))
+                raise ValueError(
+                    f"{owner}: {file}: {factor_key(module, other)} has no partner "
+                    f"{factor_key(module, half)}"
+                )
+        A, B = pair["lora_A"], pair["lora_B"]
+        if A.shape[0] != B.shape[1]:
+            raise ValueError(
+                f"{owner}: {file}: {factor_key(module, 'lora_A')} has rank {A.shape[0]} "
+                f"(shape {list(A.shape)}) but {factor_key(module, 'lora_B')} has rank "
+                f"{B.shape[1]} (shape {list(B.shape)}); allowed: A [r, d_in], B [d_out, r]"
+            )
+        if A.dtype != B.dtype:
+            raise ValueError(
+                f"{owner}: {file}: the factors of {module!r} are {A.dtype} and "
+                f"{B.dtype}; allowed: one dtype"
+            )
+        factors[module] = (A, B)
+    if not factors:
+        raise ValueError(f"{owner}: {file} holds no LoRA factors")
+    return dict(sorted(factors.items()))
+
+
+def read_records(folder: Path, *, owner: str) -> dict[str, dict[str, Any]] | None:
+    """Module → record fields from ``gaugelab_factor_records.json``, or None when absent.
+
+    Raises:
+        ValueError: the file is not valid JSON or not of this format.
+    """
+    file = folder / RECORDS
+    if not file.is_file():
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{owner}: {file} is not valid JSON ({e})") from None
+    if not isinstance(data, dict) or data.get("format") != RECORDS_FORMAT:
+        raise ValueError(f"{owner}: {file} is not a {RECORDS_FORMAT} file")
+    modules = data.get("modules")
+    if not isinstance(modules, dict):
+        raise ValueError(f"{owner}: {file}: 'modules' is not an object of records")
+    return modules
+
+
+def write_adapter(
+    folder: str | os.PathLike,
+    factors: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
+    config: Mapping[str, Any],
+    records: Mapping[str, Mapping[str, Any]],
+    *,
+    overwrite: bool,
+    owner: str,
+) -> Path:
+    """Write the three files into ``folder`` (created if needed), each by an atomic rename.
+
+    Raises:
+        FileExistsError: ``folder`` already holds an adapter file and not ``overwrite``.
+    """
+    folder = Path(folder)
+    existing = [n for n in (WEIGHTS, CONFIG, RECORDS, *PICKLES) if (folder / n).exists()]
+    if existing and not overwrite:
+        raise FileExistsError(
+            f"{owner}: {folder} already holds {', '.join(existing)}; "
+            "allowed: a new or empty directory, or overwrite=True"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for module, (A, B) in factors.items():
+        tensors[factor_key(module, "lora_A")] = A.detach().to("cpu").contiguous().clone()
+        tensors[factor_key(module, "lora_B")] = B.detach().to("cpu").contiguous().clone()
+    blob = safetensors.torch.save(tensors, metadata={"format": "pt"})
+    records_doc = {"format": RECORDS_FORMAT, "version": 1, "modules": dict(records)}
+    texts = {
+        CONFIG: json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+        RECORDS: json.dumps(records_doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+    }
+    _atomic_write(folder / WEIGHTS, blob)
+    for name, text in texts.items():
+        _atomic_write(folder / name, text.encode("utf-8"))
+    return folder
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,426 @@
+"""The LoRA layer: PEFT's layout, injection into any module, merge, per-factor optimizer groups.
+
+Layout and conventions are PEFT's: the down factor ``A`` (``lora_A``) is ``[r, d_in]``, the up
+factor ``B`` (``lora_B``) is ``[d_out, r]``, the update is ``ΔW = s·B A`` with ``s = α/r`` or
+``α/√r`` (rsLoRA), and a wrapped layer computes ``base(x) + s · dropout(x) Aᵀ Bᵀ``. Module
+matching follows PEFT too: ``target_modules`` is a list of names matched as a suffix of the
+module path (``key == name`` or ``key.endswith("." + name)``) or a regex string matched against
+the whole path; a ``rank_pattern`` / ``alpha_pattern`` key ``p`` applies to path ``key`` when
+``re.match(rf"(.*\\.)?({p})$", key)``, the first such key in the mapping's order winning (PEFT's
+``get_pattern_key``; ``"^blocks\\.0\\.attn\\.q_proj"`` names exactly one module).
+
+Every wrapped layer carries a :class:`FactorRecord` (seed §0x07I). ``r > min(d_in, d_out)`` is
+accepted: the product is then rank-deficient by construction (§0x03A,
+``rank(B A) ≤ min(rank B, rank A) ≤ r``), which is a property to measure, not an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gaugelab.models._lora_init import (
+    INITS,
+    MERGED,
+    UNMERGED,
+    FactorRecord,
+    given_factors,
+    init_factors,
+    lora_scale,
+    module_seed,
+    zero_factor_of,
+)
+from gaugelab.models._lora_match import check_patterns, compile_pattern, pattern_key, target_matches
+from gaugelab.models.ensemble import Ensemble
+
+__all__ = [
+    "INITS",
+    "FactorRecord",
+    "LoRALinear",
+    "inject_lora",
+    "lora_modules",
+    "lora_parameter_groups",
+    "lora_scale",
+    "merge_lora",
+    "module_seed",
+    "pattern_key",
+    "target_matches",
+    "unmerge_lora",
+]
+
+
+class LoRALinear(nn.Module):
+    """An ``nn.Linear`` with a LoRA update: ``base(x) + s · dropout(x) Aᵀ Bᵀ``.
+
+    Args:
+        base: the wrapped ``nn.Linear`` (weight ``[d_out, d_in]``); its weight and bias are
+            frozen (``requires_grad=False``) and kept as ``base_layer``.
+        r: the rank, an integer ≥ 1 (``r > min(d_in, d_out)`` is allowed).
+        alpha: ``lora_alpha`` (finite); the scale is ``lora_scale(alpha, r, use_rslora)``.
+        use_rslora: ``s = α/√r`` instead of ``α/r``.
+        dropout: dropout probability on the adapter's input, in ``[0, 1)`` (0 uses
+            ``nn.Identity``, as PEFT does, so the layer stays deterministic under ``vmap``).
+        init: ``standard``, ``reversed``, ``gaussian``, ``zero`` or ``given`` (see
+            :func:`gaugelab.models._lora_init.init_factors`; ``given`` copies ``factors``).
+        factors: ``(A [r, d_in], B [d_out, r])`` in the base weight's dtype, for ``given``.
+        seed: seeds the draw through ``module_seed(seed, name)``; default 0.
+        generator: draw from this CPU generator instead (exclusive with ``seed``).
+        name: the module path, stored in the record.
+
+    Attributes:
+        base_layer, lora_A ``[r, d_in]``, lora_B ``[d_out, r]``, lora_dropout, r, alpha,
+        use_rslora, scale (a Python float), record (:class:`FactorRecord`), merged.
+
+    Raises:
+        TypeError: ``base`` is not an ``nn.Linear`` (or is already a ``LoRALinear``).
+        ValueError: a bad ``r``, ``alpha``, ``dropout``, ``init``; ``factors`` without
+            ``init="given"`` or the reverse; factor shapes, dtypes or non-finite values;
+            both ``seed`` and ``generator``.
+
+    Source: hu2021lora, §4.1 (eq. 3); PEFT ``lora.Linear``; seed 003 §0x03A, §0x07F, §0x07I.
+    """
+
+    def __init__(
+        self,
+        base: nn.Linear,
+        r: int,
+        alpha: float,
+        *,
+        use_rslora: bool = False,
+        dropout: float = 0.0,
+        init: str = "standard",
+        factors: tuple[torch.Tensor, torch.Tensor] | None = None,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        name: str = "",
+    ) -> None:
+        super().__init__()
+        if not isinstance(base, nn.Linear):
+            raise TypeError(
+                f"LoRALinear: base is a {type(base).__name__} ({name!r}); allowed: nn.Linear"
+            )
+        scale = lora_scale(alpha, r, use_rslora)  # validates r and alpha
+        if not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
+            raise ValueError(f"LoRALinear: dropout={dropout!r}; allowed: 0 <= dropout < 1")
+        if init not in INITS:
+            raise ValueError(f"LoRALinear: init={init!r}; allowed: {', '.join(INITS)}")
+        if (factors is not None) != (init == "given"):
+            raise ValueError(
+                f"LoRALinear: init={init!r} with factors={'given' if factors else None}; "
+                "allowed: factors exactly when init='given'"
+            )
+        if seed is not None and generator is not None:
+            raise ValueError("LoRALinear: both seed and generator given; allowed: one of them")
+        weight = base.weight
+        d_out, d_in = weight.shape
+        if init == "given":
+            A, B = given_factors(name, factors, r, d_in, d_out, weight.dtype)
+            fields = {
+                "zero_factor": zero_factor_of(A, B),
+                "down_distribution": "given",
+                "down_variance": None,
+                "up_distribution": "given",
+                "up_variance": None,
+            }
+            recorded_seed = None
+        else:
+            if generator is None:
+                recorded_seed = 0 if seed is None else int(seed)
+                generator = torch.Generator().manual_seed(module_seed(recorded_seed, name))
+            else:
+                recorded_seed = None
+            A, B, fields = init_factors(
+                init, r, d_in, d_out, generator=generator, dtype=weight.dtype
+            )
+        self.base_layer = base
+        for p in base.parameters():
+            p.requires_grad_(False)
+        self.lora_A = nn.Parameter(A.to(weight.device))
+        self.lora_B = nn.Parameter(B.to(weight.device))
+        self.lora_dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.r, self.alpha, self.use_rslora, self.scale = r, alpha, bool(use_rslora), scale
+        self.record = FactorRecord(
+            module=name,
+            d_in=d_in,
+            d_out=d_out,
+            r=r,
+            alpha=alpha,
+            use_rslora=bool(use_rslora),
+            scale=scale,
+            init=init,
+            seed=recorded_seed,
+            dtype=str(weight.dtype).split(".")[-1],
+            **fields,
+        )
+
+    @property
+    def merged(self) -> bool:
+        """Whether ``s·B A`` is currently added into ``base_layer.weight``."""
+        return self.record.merged
+
+    def delta_weight(self) -> torch.Tensor:
+        """``ΔW = s·B A`` ``[d_out, d_in]`` in the factors' dtype (computed as PEFT's
+        ``get_delta_weight``: ``(B @ A) * s``)."""
+        return (self.lora_B @ self.lora_A) * self.scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., d_in]`` → ``[..., d_out]``; a merged layer runs its base alone."""
+        result = self.base_layer(x)
+        if self.merged:
+            return result
+        return (
+            result + F.linear(F.linear(self.lora_dropout(x), self.lora_A), self.lora_B) * self.scale
+        )
+
+    def merge(self) -> None:
+        """``W ← W + s·B A``; the record gains ``merged=True`` and the :data:`MERGED` event.
+
+        While merged the factors take no part in the forward pass (they get no gradient). The
+        merged weight preserves the function but not the factor gauge or the optimizer moments
+        of A and B (seed §0x08K); this layer keeps A and B, so :meth:`unmerge` can undo it.
+
+        Raises:
+            ValueError: the layer is already merged.
+        """
+        if self.merged:
+            raise ValueError(
+                f"LoRALinear.merge: module {self.record.module!r} is already merged; allowed: "
+                "merge once, then unmerge"
+            )
+        with torch.no_grad():
+            self.base_layer.weight += self.delta_weight()
+        self.record = dataclasses.replace(
+            self.record, merged=True, history=(*self.record.history, MERGED)
+        )
+
+    def unmerge(self) -> None:
+        """``W ← W − s·B A`` (the base restored to round-off); the record gains ``UNMERGED``.
+
+        Raises:
+            ValueError: the layer is not merged.
+        """
+        if not self.merged:
+            raise ValueError(
+                f"LoRALinear.unmerge: module {self.record.module!r} is not merged; allowed: "
+                "unmerge after merge"
+            )
+        with torch.no_grad():
+            self.base_layer.weight -= self.delta_weight()
+        self.record = dataclasses.replace(
+            self.record, merged=False, history=(*self.record.history, UNMERGED)
+        )
+
+    def extra_repr(self) -> str:
+        d_out, d_in = self.base_layer.weight.shape
+        return (
+            f"d_in={d_in}, d_out={d_out}, r={self.r}, alpha={self.alpha}, "
+            f"scale={self.scale:.6g}, merged={self.merged}"
+        )
+
+
+def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
+    """Path → :class:`LoRALinear` for every adapted layer of ``model``, in module order."""
+    return {n: m for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def inject_lora(
+    model: nn.Module,
+    target_modules: str | Sequence[str],
+    r: int,
+    alpha: float,
+    *,
+    rank_pattern: Mapping[str, int] | None = None,
+    alpha_pattern: Mapping[str, float] | None = None,
+    dropout: float = 0.0,
+    init: str = "standard",
+    use_rslora: bool = False,
+    factors: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    freeze_base: bool = True,
+) -> dict[str, LoRALinear]:
+    """Wrap the matching ``nn.Linear`` layers of ``model`` in :class:`LoRALinear`, in place.
+
+    Args:
+        model: any module (a :class:`gaugelab.models.Transformer`: ``blocks.{i}.attn.q_proj``,
+            ``k_proj``, ``v_proj``, ``o_proj``, ``blocks.{i}.mlp.fc_in``, ``fc_gate``, ``fc_out``).
+        target_modules: PEFT's rule (:func:`target_matches`): a list of names matched as path
+            suffixes, or a regex string matched against the whole path.
+        r, alpha: the default rank and ``lora_alpha``.
+        rank_pattern, alpha_pattern: per-module overrides, PEFT's rule (:func:`pattern_key`).
+        dropout: adapter-input dropout probability in ``[0, 1)``.
+        init: ``standard`` (A random, B = 0; PEFT's default), ``reversed`` (A = 0, B random),
+            ``gaussian`` (A ~ N(0, 1/r²), B = 0; PEFT's "gaussian"), ``zero`` (both 0), or
+            ``given`` (``factors``). PEFT's ``init_lora_weights=False`` (both random) is not a
+            family here: pass it as ``given``.
+        use_rslora: ``s = α/√r``.
+        factors: path → ``(A [r_m, d_in], B [d_out, r_m])`` for every adapted module, with
+            ``init="given"``.
+        seed: module ``m`` draws from ``torch.Generator().manual_seed(module_seed(seed, m))``,
+            so its factors do not depend on the other targets (default 0).
+        generator: draw every module from this CPU generator in module order instead.
+        freeze_base: set ``requires_grad=False`` on every parameter that is not a LoRA factor
+            (PEFT's behaviour); the wrapped base layers are frozen regardless.
+
+    Returns:
+        Path → the new :class:`LoRALinear`, in module order.
+
+    Raises:
+        ValueError: nothing matched; a match is not an ``nn.Linear`` or is already adapted;
+            bad patterns, ``factors`` keys or layer arguments (see :class:`LoRALinear`).
+
+    Source: PEFT ``LoraModel.inject_adapter`` / ``_create_and_replace`` (0.21);
+    hu2021lora, §4.1; seed 003 §0x07F.
+    """
+    if isinstance(target_modules, str):
+        compile_pattern("inject_lora", "target_modules", target_modules)
+    elif not target_modules or not all(isinstance(t, str) for t in target_modules):
+        raise ValueError(
+            f"inject_lora: target_modules={target_modules!r}; allowed: a regex "
+            "string or a non-empty list of module names"
+        )
+    rank_pattern, alpha_pattern = check_patterns(rank_pattern, alpha_pattern)
+    if seed is not None and generator is not None:
+        raise ValueError("inject_lora: both seed and generator given; allowed: one of them")
+    adapted = tuple(f"{n}." for n, m in model.named_modules() if isinstance(m, LoRALinear))
+    matched: list[str] = []
+    for key, module in model.named_modules():
+        if not key or key.startswith(adapted) or not target_matches(target_modules, key):
+            continue
+        if isinstance(module, LoRALinear):
+            raise ValueError(
+                f"inject_lora: module {key!r} is already a LoRALinear; allowed: "
+                "one adapter per module"
+            )
+        if not isinstance(module, nn.Linear):
+            raise ValueError(
+                f"inject_lora: target_modules matched {key!r}, a "
+                f"{type(module).__name__}; allowed: nn.Linear modules only"
+            )
+        matched.append(key)
+    if not matched:
+        linear = [n for n, m in model.named_modules() if type(m) is nn.Linear]
+        raise ValueError(
+            f"inject_lora: target_modules={target_modules!r} matched no module; "
+            f"nn.Linear modules: {', '.join(linear[:12]) or 'none'}"
+        )
+    if init == "given":
+        given = dict(factors or {})
+        missing, extra = sorted(set(matched) - set(given)), sorted(set(given) - set(matched))
+        if missing or extra:
+            raise ValueError(
+                f"inject_lora: factors lack {missing} and have unmatched {extra}; "
+                "allowed: one (A, B) pair per adapted module"
+            )
+    elif factors is not None:
+        raise ValueError(f"inject_lora: factors given with init={init!r}; allowed: init='given'")
+    layers: dict[str, LoRALinear] = {}
+    for key in matched:
+        rk, ak = pattern_key(rank_pattern, key), pattern_key(alpha_pattern, key)
+        layer = LoRALinear(
+            model.get_submodule(key),
+            r if rk is None else rank_pattern[rk],
+            alpha if ak is None else alpha_pattern[ak],
+            use_rslora=use_rslora,
+            dropout=dropout,
+            init=init,
+            factors=given[key] if init == "given" else None,
+            seed=None if init == "given" else seed,
+            generator=generator,
+            name=key,
+        )
+        model.set_submodule(key, layer)
+        layers[key] = layer
+    if freeze_base:
+        factor_ids = {id(p) for m in lora_modules(model).values() for p in (m.lora_A, m.lora_B)}
+        for p in model.parameters():
+            if id(p) not in factor_ids:
+                p.requires_grad_(False)
+    return layers
+
+
+def merge_lora(model: nn.Module) -> list[str]:
+    """Merge every :class:`LoRALinear` of ``model`` (see :meth:`LoRALinear.merge`).
+
+    Returns:
+        The merged module paths.
+
+    Raises:
+        ValueError: no adapted module, or one is already merged (nothing is changed then).
+    """
+    layers = lora_modules(model)
+    done = [n for n, m in layers.items() if m.merged]
+    if not layers or done:
+        problem = f"already merged: {', '.join(done)}" if done else "no LoRALinear module"
+        raise ValueError(f"merge_lora: {problem}; allowed: a model with unmerged adapters")
+    for m in layers.values():
+        m.merge()
+    return list(layers)
+
+
+def unmerge_lora(model: nn.Module) -> list[str]:
+    """Unmerge every :class:`LoRALinear` of ``model`` (see :meth:`LoRALinear.unmerge`).
+
+    Raises:
+        ValueError: no adapted module, or one is not merged (nothing is changed then).
+    """
+    layers = lora_modules(model)
+    left = [n for n, m in layers.items() if not m.merged]
+    if not layers or left:
+        problem = f"not merged: {', '.join(left)}" if left else "no LoRALinear module"
+        raise ValueError(f"unmerge_lora: {problem}; allowed: a model whose adapters are merged")
+    for m in layers.values():
+        m.unmerge()
+    return list(layers)
+
+
+def lora_parameter_groups(model: nn.Module, lr_A: float, lr_B: float, **options) -> list[dict]:
+    """Two optimizer parameter groups: every down factor A at ``lr_A``, every up factor B at
+    ``lr_B`` (factor-specific groups are part of the adapter interface, seed §0x07I).
+
+    Args:
+        model: a module with :class:`LoRALinear` layers, or an :class:`Ensemble` of such
+            modules (its stacked ``[E, r, d_in]`` / ``[E, d_out, r]`` factors; the groups then
+            carry ``member_dims=1`` unless ``options`` says otherwise).
+        lr_A, lr_B: learning rates, finite and > 0.
+        **options: further keys for both groups (``weight_decay=0.0``, …).
+
+    Returns:
+        ``[{"params": [A…], "lr": lr_A, "factor": "down", …}, {"params": [B…], "lr": lr_B,
+        "factor": "up", …}]``, for any ``torch.optim.Optimizer``. The base weights are in no
+        group. For a plain module, each layer's record gains ``lr_down=lr_A, lr_up=lr_B``.
+
+    Raises:
+        ValueError: a bad learning rate, or no LoRA factors in ``model``.
+    """
+    for name, lr in (("lr_A", lr_A), ("lr_B", lr_B)):
+        if (
+            isinstance(lr, bool)
+            or not isinstance(lr, int | float)
+            or not (math.isfinite(lr) and lr > 0)
+        ):
+            raise ValueError(f"lora_parameter_groups: {name}={lr!r}; allowed: a finite rate > 0")
+    if isinstance(model, Ensemble):
+        stacked = model.stacked_parameters()
+        down = [p for n, p in stacked.items() if n.endswith(".lora_A")]
+        up = [p for n, p in stacked.items() if n.endswith(".lora_B")]
+        options = {"member_dims": 1, **options}
+    else:
+        layers = lora_modules(model)
+        down, up = [m.lora_A for m in layers.values()], [m.lora_B for m in layers.values()]
+        for m in layers.values():
+            m.record = dataclasses.replace(m.record, lr_down=float(lr_A), lr_up=float(lr_B))
+    if not down:
+        raise ValueError(
+            "lora_parameter_groups: model has no LoRA factors; allowed: a model "
+            "after inject_lora (or an Ensemble of such models)"
+        )
+    return [
+        {**options, "params": down, "lr": lr_A, "factor": "down"},
+        {**options, "params": up, "lr": lr_B, "factor": "up"},
+    ]
