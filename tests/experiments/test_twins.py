@@ -167,3 +167,56 @@ def test_paired_log_ratio_of_gauge_to_noise_twin_per_optimizer():
     table = paired_table(TwinsResult("s", spec, rows, paired))
     assert [r[:3] for r in table.rows] == [["adam", "step 1", 2], ["adam", "final", 2]]
     assert paired_table(TwinsResult("s", spec, rows[2:], _paired(rows[2:], 10))) is None
+
+
+def synthetic_result(optimizers=("adam", "heavy-ball", "scalar-adam", "muon-hybrid")):
+    from gaugelab.experiments._twins_results import TwinRow, TwinsResult
+
+    rows = []
+    for i, optimizer in enumerate(optimizers):
+        for pair in (0, 1) if optimizer == "adam" else (0,):
+            row = TwinRow(optimizer, pair, f"id-{optimizer}-{pair}", "completed", "equivariant", "")
+            row.hyper = TwinSpec(optimizer=optimizer).hyperparameters()
+            for kind, start in (("gauge", 1e-3 / (i + 1)), ("identity", 0.0), ("noise", 3e-7)):
+                row.distances[kind] = {0: 0.0, 1: start, 10: 10 * start, 100: 100 * start}
+                row.qk_series[kind] = {s: 2 * v for s, v in row.distances[kind].items()}
+                row.qk_drift[kind] = row.qk_series[kind][100]
+                row.val_accuracy[kind] = 0.5
+            rows.append(row)
+    spec = {"twin": TwinSpec(steps=100).model_dump(mode="json"), "merge": False}
+    return TwinsResult("twins-test", spec, rows)
+
+
+def test_the_twin_figure_has_a_panel_per_optimizer_in_one_colour_each():
+    from gaugelab.experiments._twins_results import optimizer_colors, twin_panels
+
+    result = synthetic_result()
+    colors = optimizer_colors(result.rows)
+    assert len(set(colors.values())) == 4
+    for metric in ("logit_distance", "qk_drift"):
+        fig = twin_panels(result.rows, metric, colors=colors)
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        assert [ax.get_title() for ax in panels] == list(colors)
+        for ax, optimizer in zip(panels, colors, strict=True):
+            curves = [line for line in ax.get_lines() if line.get_linestyle() != ":"]
+            pairs = 2 if optimizer == "adam" else 1
+            # gauge solid and noise dashed per pair; the identity twin (exactly 0) is not drawn
+            styles = sorted(line.get_linestyle() for line in curves)
+            assert styles == sorted(["-", "--"] * pairs)
+            assert {line.get_color() for line in curves} == {colors[optimizer]}
+            (floor,) = [line for line in ax.get_lines() if line.get_linestyle() == ":"]
+            expected = 3e-7 if metric == "logit_distance" else 6e-7  # the noise twin at step 1
+            assert floor.get_ydata()[0] == pytest.approx(expected)
+
+
+def test_the_twins_report_lists_every_optimizer_of_the_study_in_its_spec(tmp_path):
+    from gaugelab.experiments._twins_results import report
+
+    result = synthetic_result()
+    spec = result.study_spec()
+    assert list(spec["optimizers"]) == ["adam", "heavy-ball", "scalar-adam", "muon-hybrid"]
+    assert spec["optimizers"]["heavy-ball"] == {"lr": 0.5, "momentum": 0.9}
+    assert spec["pairs"] == 2 and "optimizer" not in spec["twin"]
+    html = report(result, tmp_path).read_text(encoding="utf-8")
+    assert "muon-hybrid" in html[html.index('id="spec"') :]
+    assert (tmp_path / "logit_distance.png").is_file() and (tmp_path / "qk_drift.png").is_file()

@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from pydantic import ValidationError
+
 from gaugelab.experiments._study import paired_cells, paired_columns, run_states, study_row
+from gaugelab.experiments._twins_spec import TwinSpec
 from gaugelab.study import report as rep
 from gaugelab.study.paired import PairedComparison, paired_differences
 from gaugelab.study.store import RunStore
@@ -36,6 +42,8 @@ class TwinRow:
     explanation: str
     distances: dict[str, dict[int, float]] = field(default_factory=dict)  # twin → step → dist
     qk_drift: dict[str, float] = field(default_factory=dict)  # twin → final mean QK drift
+    qk_series: dict[str, dict[int, float]] = field(default_factory=dict)  # twin → step → drift
+    hyper: dict[str, Any] = field(default_factory=dict)  # the run's optimizer hyperparameters
     val_accuracy: dict[str, float] = field(default_factory=dict)  # member → final accuracy
     merge: dict[str, float] = field(default_factory=dict)
 
@@ -70,6 +78,23 @@ class TwinsResult:
     def steps(self) -> int:
         """The runs' training steps."""
         return int(self.spec["twin"]["steps"])
+
+    @property
+    def optimizers(self) -> dict[str, dict[str, Any]]:
+        """Every optimizer of the study, in the sweep's order → its runs' hyperparameters."""
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.rows:
+            out.setdefault(row.optimizer, row.hyper)
+        return out
+
+    def study_spec(self) -> dict[str, Any]:
+        """The study's spec as a report shows it: the stored base spec names only the base
+        optimizer, so its ``optimizer`` and ``hyper`` are replaced by every optimizer of the
+        study with its hyperparameters, and the number of (init seed, gauge draw) pairs is
+        added (pair ``i`` uses ``init_seed + i`` and ``gauge_seed + i``)."""
+        twin = {k: v for k, v in self.spec["twin"].items() if k not in ("optimizer", "hyper")}
+        pairs = len({r.pair for r in self.rows})
+        return {**self.spec, "optimizers": self.optimizers, "pairs": pairs, "twin": twin}
 
     @property
     def failures(self) -> list[TwinRow]:
@@ -113,10 +138,12 @@ def collect(store: RunStore, study: str) -> TwinsResult:
         values: dict[str, dict[int, float]] = {}
         for m in store.metrics(run.identity):
             values.setdefault(m.name, {})[m.step] = m.value
+        out.hyper = _hyperparameters(twin)
         final = twin["steps"]
         for kind in twin["twins"]:
             out.distances[kind] = values.get(f"{kind}/logit_distance", {})
-            out.qk_drift[kind] = values.get(f"{kind}/qk_drift_mean", {}).get(final, math.nan)
+            out.qk_series[kind] = values.get(f"{kind}/qk_drift_mean", {})
+            out.qk_drift[kind] = out.qk_series[kind].get(final, math.nan)
         for member in ("base", *twin["twins"]):
             out.val_accuracy[member] = values.get(f"{member}/val_accuracy", {}).get(final, math.nan)
         out.merge = {
@@ -128,6 +155,14 @@ def collect(store: RunStore, study: str) -> TwinsResult:
             out.verdict, out.explanation = _verdict(store, run.identity)
         rows.append(out)
     return TwinsResult(study, row.spec, rows, _paired(rows, int(row.spec["twin"]["steps"])))
+
+
+def _hyperparameters(twin: dict[str, Any]) -> dict[str, Any]:
+    """The hyperparameters a stored run trained with (its ``hyper``, or the protocol's)."""
+    try:
+        return TwinSpec.model_validate(twin).hyperparameters()
+    except ValidationError:  # a spec of another gaugelab version: show what it stored
+        return dict(twin.get("hyper") or {})
 
 
 def _paired(rows: Sequence[TwinRow], final: int) -> dict[str, dict[str, PairedComparison]]:
@@ -229,32 +264,98 @@ def verdict_lines(result: TwinsResult) -> list[str]:
     return [f"{row.label}: {row.verdict} — {row.explanation}" for row in result.rows]
 
 
-def distance_figure(rows: Sequence[TwinRow]):
-    """Log-scale logit distance against step for every optimizer's twins (noise floor dashed)."""
-    series = {}
-    floors = []
-    for row in rows:
-        label = row.optimizer if row.pair == 0 else f"{row.optimizer} (pair {row.pair})"
-        for kind, by_step in row.distances.items():
-            steps = sorted(s for s in by_step if s >= 1)
-            if kind == "identity" or not steps:
-                continue  # exactly 0: nothing to draw on a log axis
-            series[f"{label} — {kind}"] = (steps, [max(by_step[s], 1e-18) for s in steps])
-            if kind == "noise":
-                floors.append(by_step[steps[0]])
-    hlines = {"median noise twin at step 1": sorted(floors)[len(floors) // 2]} if floors else None
-    return rep.plot_curves(
-        series,
-        title="Twin divergence: relative logit distance to the base (validation)",
-        xlabel="step",
-        ylabel="relative logit distance",
-        logy=True,
-        hlines=hlines,
-    )
+def optimizer_colors(rows: Sequence[TwinRow]) -> dict[str, str]:
+    """One colour per optimizer (in the study's order), the same in every figure of a report."""
+    return rep.palette([row.optimizer for row in rows])
+
+
+_STYLES = {"gauge": "-", "noise": "--", "identity": "-."}
+
+
+def twin_panels(
+    rows: Sequence[TwinRow],
+    metric: str = "logit_distance",
+    *,
+    colors: dict[str, str] | None = None,
+) -> Figure:
+    """One panel per optimizer: each twin's distance to its base against step (log–log).
+
+    The gauge twin is solid and the noise twin dashed, both in the optimizer's colour (further
+    init × gauge-draw pairs thinner); the horizontal line is the noise floor, the median of the
+    optimizer's noise twins at step 1 (dotted). An identity twin is drawn (dash-dotted) only
+    where it is not exactly 0. Panels share the y axis, so optimizers compare at a glance.
+
+    Args:
+        rows: the study's rows.
+        metric: ``"logit_distance"`` (:attr:`TwinRow.distances`) or ``"qk_drift"``
+            (:attr:`TwinRow.qk_series`, the mean over layer × head).
+        colors: optimizer → colour (default :func:`optimizer_colors`).
+
+    Returns:
+        A ``matplotlib.figure.Figure`` on an Agg canvas (for
+        :func:`gaugelab.study.report.save_figure`).
+
+    Raises:
+        ValueError: an unknown ``metric``, or no row.
+    """
+    if metric not in ("logit_distance", "qk_drift"):
+        raise ValueError(f"twin_panels: metric={metric!r}; allowed: logit_distance, qk_drift")
+    if not rows:
+        raise ValueError("twin_panels: rows is empty")
+    colors = colors or optimizer_colors(rows)
+    optimizers = list(dict.fromkeys(row.optimizer for row in rows))
+    ncols = min(4, len(optimizers))
+    nrows = math.ceil(len(optimizers) / ncols)
+    fig = Figure(figsize=(3.3 * ncols, 2.7 * nrows + 0.7), layout="constrained")
+    FigureCanvasAgg(fig)  # a display-free canvas; pyplot's global state is never touched
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).flatten()
+    for ax, optimizer in zip(axes, optimizers, strict=False):
+        color, floors = colors[optimizer], []
+        for row in (r for r in rows if r.optimizer == optimizer):
+            series = row.distances if metric == "logit_distance" else row.qk_series
+            for kind, by_step in series.items():
+                steps = sorted(s for s in by_step if s >= 1 and by_step[s] > 0)
+                if not steps:
+                    continue  # an identity twin at exactly 0 has nothing to show on a log axis
+                ax.plot(steps, [by_step[s] for s in steps], color=color, marker=".",
+                        linestyle=_STYLES.get(kind, "-."), linewidth=1.5 if row.pair == 0 else 0.8,
+                        alpha=1.0 if row.pair == 0 else 0.6)  # fmt: skip
+            noise = {s: v for s, v in series.get("noise", {}).items() if s >= 1 and v > 0}
+            if noise:
+                floors.append(noise[min(noise)])  # the noise twin at step 1
+        if floors:
+            ax.axhline(sorted(floors)[len(floors) // 2], color="0.45", linestyle=":", linewidth=1)
+        ax.set_title(optimizer, color=color, fontsize="medium")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[len(optimizers) :]:
+        ax.set_visible(False)
+    for ax in axes[(nrows - 1) * ncols :]:
+        ax.set_xlabel("step")
+    label = "relative logit distance" if metric == "logit_distance" else "mean QK drift"
+    for ax in axes[::ncols]:
+        ax.set_ylabel(label)
+    handles = [
+        Line2D([], [], color="0.2", linestyle="-", label="gauge twin"),
+        Line2D([], [], color="0.2", linestyle="--", label="noise twin"),
+        Line2D([], [], color="0.45", linestyle=":", label="noise floor (noise twin at step 1)"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
+    what = "Twin divergence" if metric == "logit_distance" else "QK drift"
+    fig.suptitle(f"{what}: each twin against its base (validation)", fontsize="medium")
+    return fig
+
+
+def distance_figure(rows: Sequence[TwinRow]) -> Figure:
+    """The logit-distance panels (:func:`twin_panels`) of ``rows``."""
+    return twin_panels(rows, "logit_distance")
 
 
 def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the twin study's HTML report (tables, figure, verdicts, failures) into ``out_dir``.
+    """Write the twin study's HTML report into ``out_dir``: the verdicts, the tables, one figure
+    per metric (a panel per optimizer, one colour per optimizer throughout), the failures, and
+    the study's spec listing every optimizer (:meth:`TwinsResult.study_spec`).
 
     Raises:
         FileExistsError: ``out_dir`` already holds a report or figures.
@@ -262,16 +363,22 @@ def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:
     folder = Path(out_dir)
     measured = any(s >= 1 for r in result.rows for k, d in r.distances.items()
                    if k != "identity" for s in d)  # fmt: skip
-    figures = [rep.save_figure(
-        distance_figure(result.rows),
-        folder,
-        "logit_distance",
-        caption="Each twin's logit distance to its base; dashed: noise floor.",
-    )] if measured else []  # fmt: skip
+    colors = optimizer_colors(result.rows)
+    figures = [
+        rep.save_figure(twin_panels(result.rows, metric, colors=colors), folder, name,
+                        caption=caption)
+        for metric, name, caption in (
+            ("logit_distance", "logit_distance", "Each twin's relative logit distance to its "
+             "base, a panel per optimizer: gauge twin solid, noise twin dashed, dotted the "
+             "noise floor (the noise twin at step 1). Identity twins are exactly 0 (not drawn)."),
+            ("qk_drift", "qk_drift", "Each twin's QK drift (relative distance of W_Q[h] W_K[h]ᵀ, "
+             "mean over layer × head), styled as above."),
+        )
+    ] if measured else []  # fmt: skip
     return rep.write_report(
         rep.StudyReport(
             name=result.study,
-            spec=result.spec,
+            spec=result.study_spec(),
             runs=[rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
                                  {"verdict": r.verdict}) for r in result.rows],
             tables=tables(result),
