@@ -172,12 +172,18 @@ def output_residual(delta: object, delta_hat: object, X: torch.Tensor) -> Output
 
 
 def check_inputs(X: object, func: str, update: Update | None = None) -> torch.Tensor:
+    """Raise unless ``X`` is finite float32/float64 ``[N, n]``, ``N >= 1``, matching ``update``."""
     if not isinstance(X, torch.Tensor):
         raise TypeError(f"{func}: X must be a torch.Tensor, got {type(X).__name__}")
     if X.ndim != 2 or X.shape[0] < 1 or not X.is_floating_point():
         raise ValueError(
             f"{func}: X must be a real floating [N, n] tensor with N >= 1, got shape "
             f"{tuple(X.shape)} and dtype {X.dtype}"
+        )
+    if X.dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"{func}: X must be float32 or float64 (eigh has no half-precision kernel), got "
+            f"{X.dtype}; cast it explicitly"
         )
     if not bool(torch.isfinite(X).all()):
         raise ValueError(f"{func}: X contains NaN or infinite entries")

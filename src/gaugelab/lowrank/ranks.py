@@ -10,20 +10,12 @@ threshold, dtype, SVD record). Every policy accepts a dense matrix ``[..., m, n]
 
 from __future__ import annotations
 
-import itertools
 import numbers
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 
 import torch
 
-from ._factored import (
-    SvdRecord,
-    as_update,
-    check_dtype,
-    check_nonnegative,
-    update_singular_values,
-)
+from ._factored import as_update, check_nonnegative
+from ._spectrum import RankReport, Spectrum, check_id, reports, spectrum
 
 __all__ = [
     "POLICIES",
@@ -52,136 +44,6 @@ POLICIES: tuple[str, ...] = (
 """Policy names, in the order of seed 003 §0x04I's table (``policy_id`` starts with one)."""
 
 
-@dataclass(frozen=True)
-class RankReport:
-    """One rank value with the identity of what produced it (seed 003 §0x00I).
-
-    Attributes:
-        matrix_id: the matrix object measured (``"<id>[e]"`` for member ``e`` of a batch).
-        policy_id: the policy and its defining parameter, e.g. ``"numerical(rtol=1e-06)"``,
-            ``"energy(rho=0.99)"``, ``"stable"``; starts with a name in ``POLICIES``.
-        value: an ``int`` for configured, algebraic, numerical and energy rank; a ``float``
-            for stable rank and the two entropy effective ranks.
-        parameters: the policy's fields (tolerance rule, comparison, threshold, dtype,
-            ``svd``: the ``SvdRecord`` of the singular values, or ``None`` when given).
-    """
-
-    matrix_id: str
-    policy_id: str
-    value: int | float
-    parameters: Mapping[str, object] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Spectrum:
-    """Singular values of one matrix object (or a batch of them) with their provenance.
-
-    Attributes:
-        matrix_id: the matrix object's id.
-        sigma: ``[..., q]`` non-increasing, ``≥ 0``; for factors ``q = min(d_out, d_in, r)``
-            (the remaining singular values are exactly zero).
-        shape: ``(m, n)`` of the matrix, or ``None`` when only singular values were given.
-        computed_in: dtype the matrix was produced in; it sets the default tolerances.
-        svd: how ``sigma`` was computed, or ``None`` when it was given.
-    """
-
-    matrix_id: str
-    sigma: torch.Tensor
-    shape: tuple[int, int] | None
-    computed_in: torch.dtype
-    svd: SvdRecord | None = None
-
-    @classmethod
-    def from_singular_values(
-        cls,
-        sigma: torch.Tensor,
-        *,
-        matrix_id: str,
-        shape: tuple[int, int] | None = None,
-        computed_in: torch.dtype | None = None,
-    ) -> Spectrum:
-        """A spectrum from given singular values ``[..., q]`` (sorted here, non-increasing).
-
-        Raises:
-            TypeError: ``sigma`` is not a tensor.
-            ValueError: ``sigma`` is 0-dimensional, not floating, negative or non-finite;
-                ``matrix_id`` is empty; ``shape`` is not two ints ``≥ q``-compatible
-                (``min(m, n) ≥ q``); ``computed_in`` is not a floating dtype.
-        """
-        func = "Spectrum.from_singular_values"
-        if not isinstance(sigma, torch.Tensor):
-            raise TypeError(f"{func}: sigma must be a torch.Tensor, got {type(sigma).__name__}")
-        if sigma.ndim < 1 or not sigma.is_floating_point():
-            raise ValueError(
-                f"{func}: sigma must be a real floating tensor [..., q], got shape "
-                f"{tuple(sigma.shape)} and dtype {sigma.dtype}"
-            )
-        if not bool(torch.isfinite(sigma).all()) or bool((sigma < 0).any()):
-            raise ValueError(f"{func}: singular values must be finite and >= 0, got {sigma}")
-        if shape is not None:
-            ok = len(tuple(shape)) == 2 and all(
-                isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
-            )
-            if not ok or min(shape) < sigma.shape[-1]:
-                raise ValueError(
-                    f"{func}: shape must be (m, n), ints with min(m, n) >= q = "
-                    f"{sigma.shape[-1]}, got {shape!r}"
-                )
-            shape = (int(shape[0]), int(shape[1]))
-        ordered = torch.sort(sigma, dim=-1, descending=True).values
-        dtype = sigma.dtype if computed_in is None else check_dtype(computed_in, func)
-        return cls(_check_id(matrix_id, func), ordered, shape, dtype, None)
-
-    @property
-    def batch(self) -> tuple[int, ...]:
-        return tuple(self.sigma.shape[:-1])
-
-
-def spectrum(
-    x: object, *, matrix_id: str | None = None, computed_in: torch.dtype | None = None
-) -> Spectrum:
-    """The singular values of a matrix object, computed once for every policy.
-
-    Args:
-        x: a dense ``[..., m, n]`` real floating tensor (leading dimensions a batch); factors
-            ``(B, A)`` or ``(B, A, scale)`` with ``B [..., d_out, r]``, ``A [..., r, d_in]``
-            of ``ΔW = scale·B A`` (QR of ``B`` and ``Aᵀ``, singular values of the small core;
-            ``B A`` is never formed); a ``[q]`` tensor of singular values (a dense matrix has
-            two dimensions; give batched singular values through
-            ``Spectrum.from_singular_values``); or a ``Spectrum``, returned as it is.
-        matrix_id: the matrix object's id; required unless ``x`` is a ``Spectrum``.
-        computed_in: dtype the matrix (or its factors) was produced in; default ``x``'s
-            dtype. A float32 ``B A`` cast to float64 should pass ``torch.float32`` here, so
-            the default tolerances read its float32 rounding as noise, not as rank.
-
-    Returns:
-        ``Spectrum``: ``sigma [..., q]`` in ``x``'s dtype (float32 for float16 / bfloat16).
-
-    Raises:
-        TypeError: ``x`` is none of the above.
-        ValueError: non-floating or non-finite entries, mismatched factors, a missing or empty
-            ``matrix_id``, a ``matrix_id`` different from a given ``Spectrum``'s, or a
-            ``computed_in`` that is not a floating dtype.
-
-    Source:
-        seed 003 §0x00I (numerical rank needs matrix, dtype, SVD backend, tolerance rule).
-    """
-    func = "spectrum"
-    dtype = None if computed_in is None else check_dtype(computed_in, func)
-    if isinstance(x, Spectrum):
-        if matrix_id is not None and matrix_id != x.matrix_id:
-            raise ValueError(
-                f"{func}: matrix_id {matrix_id!r} differs from the Spectrum's {x.matrix_id!r}"
-            )
-        return x if dtype is None else replace(x, computed_in=dtype)
-    mid = _check_id(matrix_id, func)
-    if isinstance(x, torch.Tensor) and x.ndim == 1:
-        return Spectrum.from_singular_values(x, matrix_id=mid, computed_in=dtype)
-    update = as_update(x, func, "x")
-    sigma, record = update_singular_values(update)
-    return Spectrum(mid, sigma, update.shape, dtype or update.dtype, record)
-
-
 def configured_rank(x: object, *, matrix_id: str) -> RankReport:
     """The configured rank ``r_cfg``: the factor bottleneck chosen before training.
 
@@ -202,7 +64,7 @@ def configured_rank(x: object, *, matrix_id: str) -> RankReport:
     Source:
         seed 003 §0x00I, §0x04I (configured LoRA rank 2 beside algebraic rank 4).
     """
-    mid = _check_id(matrix_id, "configured_rank")
+    mid = check_id(matrix_id, "configured_rank")
     if isinstance(x, int) and not isinstance(x, bool):
         if x < 0:
             raise ValueError(f"configured_rank: a rank must be an int >= 0, got {x!r}")
@@ -242,7 +104,7 @@ def algebraic_rank(
         seed 003 §0x00I, §0x04I.
     """
     sp = spectrum(x, matrix_id=matrix_id)
-    return _reports(sp, "algebraic", (sp.sigma > 0).sum(-1), {"comparison": "σ_i > 0"})
+    return reports(sp, "algebraic", (sp.sigma > 0).sum(-1), {"comparison": "σ_i > 0"})
 
 
 def numerical_rank(
@@ -303,7 +165,7 @@ def numerical_rank(
         "comparison": "σ_i > rtol·σ_1",
         "computed_in": str(sp.computed_in),
     }
-    return _reports(sp, f"numerical(rtol={rtol!r})", count, params, {"tau_abs": tau[..., 0]})
+    return reports(sp, f"numerical(rtol={rtol!r})", count, params, {"tau_abs": tau[..., 0]})
 
 
 def stable_rank(x: object, *, matrix_id: str | None = None) -> RankReport | tuple[RankReport, ...]:
@@ -328,7 +190,7 @@ def stable_rank(x: object, *, matrix_id: str | None = None) -> RankReport | tupl
     top = sp.sigma[..., 0] ** 2 if sp.sigma.shape[-1] else torch.zeros_like(energy)
     value = torch.where(top > 0, energy / torch.where(top > 0, top, 1.0), 0.0)
     params = {"definition": "‖ΔW‖_F²/‖ΔW‖_2²", "zero_matrix": 0.0}
-    return _reports(sp, "stable", value, params)
+    return reports(sp, "stable", value, params)
 
 
 def energy_rank(
@@ -362,7 +224,7 @@ def energy_rank(
     fraction = prefix / torch.where(total > 0, total, 1.0)
     value = torch.where(total[..., 0] > 0, (fraction < rho).sum(-1) + 1, 0)
     params = {"rho": float(rho), "comparison": "prefix ≥ rho", "order": "descending σ"}
-    return _reports(sp, f"energy(rho={float(rho)!r})", value, params)
+    return reports(sp, f"energy(rho={float(rho)!r})", value, params)
 
 
 def effective_rank_roy_vetterli(
@@ -389,7 +251,7 @@ def effective_rank_roy_vetterli(
     """
     sp = spectrum(x, matrix_id=matrix_id)
     params = _entropy_params("p_i = σ_i / Σ_j σ_j")
-    return _reports(sp, "entropy-roy-vetterli", _entropy_rank(sp.sigma), params)
+    return reports(sp, "entropy-roy-vetterli", _entropy_rank(sp.sigma), params)
 
 
 def effective_rank_energy(
@@ -415,7 +277,7 @@ def effective_rank_energy(
     """
     sp = spectrum(x, matrix_id=matrix_id)
     params = _entropy_params("p_i = σ_i² / Σ_j σ_j²")
-    return _reports(sp, "entropy-energy", _entropy_rank(sp.sigma**2), params)
+    return reports(sp, "entropy-energy", _entropy_rank(sp.sigma**2), params)
 
 
 def rank_policies(
@@ -478,32 +340,3 @@ def _entropy_rank(weights: torch.Tensor) -> torch.Tensor:
 
 def _entropy_params(normalisation: str) -> dict[str, object]:
     return {"normalisation": normalisation, "log_base": "e", "zero_spectrum": 0.0}
-
-
-def _reports(
-    sp: Spectrum,
-    policy_id: str,
-    values: torch.Tensor,
-    params: dict[str, object],
-    per_member: dict[str, torch.Tensor] | None = None,
-) -> RankReport | tuple[RankReport, ...]:
-    base = {**params, "svd": sp.svd}
-    integer = not values.is_floating_point()
-
-    def one(mid: str, index: tuple[int, ...]) -> RankReport:
-        value = values[index].item()
-        extra = {k: float(v[index].item()) for k, v in (per_member or {}).items()}
-        return RankReport(mid, policy_id, int(value) if integer else float(value), base | extra)
-
-    if not sp.batch:
-        return one(sp.matrix_id, ())
-    return tuple(
-        one(f"{sp.matrix_id}[{','.join(map(str, index))}]", index)
-        for index in itertools.product(*(range(size) for size in sp.batch))
-    )
-
-
-def _check_id(matrix_id: object, func: str) -> str:
-    if not isinstance(matrix_id, str) or not matrix_id:
-        raise ValueError(f"{func}: matrix_id must be a non-empty string, got {matrix_id!r}")
-    return matrix_id
