@@ -190,7 +190,7 @@ def test_studies_and_runs_are_idempotent_and_immutable(store):
 def test_run_resolves_a_unique_prefix(store):
     seen: dict[str, int] = {}
     seed = 0
-    while (prefix := StoreSpec(seed=seed).identity()[:6]) not in seen:  # birthday search
+    while (prefix := StoreSpec(seed=seed).identity()[:4]) not in seen:  # birthday search
         seen[prefix] = seed
         seed += 1
     a = store.register_run(Manifest.for_spec(StoreSpec(seed=seen[prefix]))).identity
@@ -198,12 +198,16 @@ def test_run_resolves_a_unique_prefix(store):
     differ = next(i for i in range(64) if a[i] != b[i])
     assert store.run(a[: differ + 1]).identity == a
     assert store.run(b).identity == b
-    with pytest.raises(ValueError, match="ambiguous"):
+    c = store.register_run(Manifest.for_spec(StoreSpec(seed=seed + 1))).identity
+    if c[:4] != prefix:
+        assert store.run(c[:4]).identity == c  # 4 characters are enough when unambiguous
+    with pytest.raises(ValueError, match="ambiguous") as info:
         store.run(prefix)
-    absent = next(p for p in ("000000", "ffffff") if p != prefix)
+    assert a[:12] in str(info.value) and b[:12] in str(info.value)  # the candidates are listed
+    absent = next(p for p in ("0000", "ffff") if p != prefix)
     with pytest.raises(ValueError, match="no run"):
         store.run(absent)
-    with pytest.raises(ValueError, match="6 to 64 lowercase hex"):
+    with pytest.raises(ValueError, match="4 to 64 lowercase hex"):
         store.run("abc")
 
 

@@ -6,7 +6,9 @@ opening, transactions and the append-only writes); the row types are what both h
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -16,7 +18,20 @@ from typing import Any
 from gaugelab.study._storefile import StoreError
 from gaugelab.study.spec import Manifest
 
-_PREFIX = re.compile(r"[0-9a-f]{6,64}")
+_PREFIX = re.compile(r"[0-9a-f]{4,64}")
+CHECKPOINT_KINDS = ("checkpoint", "checkpoint-metadata")
+"""Artifact kinds of checkpoint files: superseded by design (a run keeps only its latest
+checkpoint), so :meth:`StoreQueries.verify_artifacts` leaves them to
+:meth:`gaugelab.study.runner.RunContext.resume`, which verifies the one it reads."""
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 hex digest of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -43,7 +58,12 @@ class RunRow:
 
 @dataclass(frozen=True)
 class AttemptRow:
-    """One attempt at a run; ``ended_at``/``termination`` are ``None`` while it is open."""
+    """One attempt at a run; ``ended_at``/``termination`` are ``None`` while it is open.
+
+    ``owner_host``, ``owner_pid``, ``owner_started`` name the process that opened it (empty /
+    0 for attempts recorded before owners were kept); ``heartbeat_at`` is its owner's latest
+    heartbeat while it trained (ISO 8601, UTC).
+    """
 
     id: int
     run: str
@@ -53,6 +73,10 @@ class AttemptRow:
     ended_at: str | None
     termination: str | None
     message: str
+    owner_host: str = ""
+    owner_pid: int = 0
+    owner_started: str = ""
+    heartbeat_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +145,7 @@ class StoreQueries:
         """The run whose identity starts with ``identity_prefix``.
 
         Args:
-            identity_prefix: at least 6 lowercase hex characters of the identity.
+            identity_prefix: at least 4 lowercase hex characters of the identity.
 
         Raises:
             ValueError: a malformed prefix, no such run, or several runs share the prefix
@@ -129,7 +153,7 @@ class StoreQueries:
         """
         if not isinstance(identity_prefix, str) or not _PREFIX.fullmatch(identity_prefix):
             raise ValueError(
-                f"run: identity prefix {identity_prefix!r}; allowed: 6 to 64 lowercase hex "
+                f"run: identity prefix {identity_prefix!r}; allowed: 4 to 64 lowercase hex "
                 "characters"
             )
         with self._transaction(write=False) as conn:
@@ -178,8 +202,17 @@ class StoreQueries:
             rows = conn.execute(query, (identity,)).fetchall()
         return [AttemptRow(*r) for r in rows]
 
-    def _attempt_by_id(self, run: str, attempt_id: int) -> AttemptRow:
-        return next(a for a in self.attempts(run) if a.id == attempt_id)
+    def attempt(self, attempt_id: int) -> AttemptRow:
+        """The attempt with store id ``attempt_id`` (from ``start_attempt`` or ``claim``).
+
+        Raises:
+            ValueError: no such attempt.
+        """
+        with self._transaction(write=False) as conn:
+            row = conn.execute(f"{_ATTEMPT_SELECT} WHERE id = ?", (attempt_id,)).fetchone()
+        if row is None:
+            raise ValueError(f"attempt: unknown attempt id {attempt_id!r}")
+        return AttemptRow(*row)
 
     def metrics(
         self, identity: str, *, ordinal: int | None = None, name: str | None = None
@@ -234,11 +267,50 @@ class StoreQueries:
         base = self._path.parent
         return [ArtifactRow(r[0], r[1], base / r[2], r[3], r[4], r[5]) for r in rows]
 
+    def verify_artifacts(self, identity: str, *, ordinal: int | None = None) -> list[str]:
+        """Check the files a run's attempt recorded against the sha256 the store holds.
+
+        Args:
+            identity: the full run identity.
+            ordinal: the attempt; default: the run's latest ``completed`` attempt (whose
+                artifacts a report reads). Checkpoint files (:data:`CHECKPOINT_KINDS`) are not
+                checked: older ones are deleted by design, and resuming verifies the one read.
+
+        Returns:
+            One line per problem, empty when every file is intact (or there is no such
+            attempt): ``"<path>: missing (recorded by run <id> attempt <n>)"`` or
+            ``"<path>: sha256 <found> differs from <recorded> recorded by run <id> attempt
+            <n>"`` (digests shortened to 12 characters).
+        """
+        if ordinal is None:
+            done = [a.ordinal for a in self.attempts(identity) if a.termination == "completed"]
+            if not done:
+                return []
+            ordinal = done[-1]
+        problems = []
+        for art in self.artifacts(identity):
+            if art.ordinal != ordinal or art.kind in CHECKPOINT_KINDS:
+                continue
+            where = f"recorded by run {identity[:12]} attempt {ordinal}"
+            try:
+                found = file_sha256(art.path)
+            except FileNotFoundError:
+                problems.append(f"{art.path}: missing ({where})")
+                continue
+            except OSError as e:
+                problems.append(f"{art.path}: unreadable ({e.strerror or e}; {where})")
+                continue
+            if found != art.sha256:
+                problems.append(
+                    f"{art.path}: sha256 {found[:12]}… differs from {art.sha256[:12]}… {where}"
+                )
+        return problems
+
 
 _RUN_SELECT = "SELECT identity, kind, spec_json, manifest_json, created_at FROM runs"
 _ATTEMPT_SELECT = (
-    "SELECT id, run, ordinal, environment_digest, started_at, ended_at, termination, message "
-    "FROM attempts"
+    "SELECT id, run, ordinal, environment_digest, started_at, ended_at, termination, message, "
+    "owner_host, owner_pid, owner_started, heartbeat_at FROM attempts"
 )
 
 

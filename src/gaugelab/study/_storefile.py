@@ -3,10 +3,12 @@
 A store is one SQLite file in WAL mode, recognised by ``PRAGMA application_id``
 (``0x47415547``, "GAUG") and ``PRAGMA user_version`` (the schema version). :func:`open_store`
 reads the raw 100-byte header first and hands the file to SQLite only once it looks like a
-gaugelab store of this schema; anything else at the path — not SQLite, empty, truncated, corrupt
-pages, another application's database, another schema version — is refused with
-:class:`StoreError` and left byte-identical. A new store is built complete in a temporary file
-and published atomically, so no reader ever sees a half-created one.
+gaugelab store of this schema (or of an older one it migrates, in one transaction); anything
+else at the path — not SQLite, empty, truncated, corrupt pages, another application's database,
+a newer schema version — is refused with :class:`StoreError` and left byte-identical. A new
+store is built complete in a temporary file and published atomically, so no reader ever sees a
+half-created one. A store this process may not write (a read-only file or folder) is opened
+read-only: reads work, writes are refused with a :class:`StoreError` that says why.
 
 The rows and the :class:`~gaugelab.study.store.RunStore` API are in :mod:`gaugelab.study.store`,
 which re-exports the public names defined here.
@@ -23,11 +25,13 @@ from pathlib import Path
 __all__ = [
     "APPEND_ONLY",
     "APPLICATION_ID",
+    "MIGRATES_FROM",
     "SCHEMA_VERSION",
     "TERMINATION_CLASSES",
     "StoreError",
     "check_header",
     "create",
+    "not_writable",
     "open_store",
     "refused",
     "schema",
@@ -35,7 +39,10 @@ __all__ = [
 ]
 
 APPLICATION_ID = 0x47415547  # "GAUG"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MIGRATES_FROM = (1,)
+"""Older schema versions a writable store is migrated from when opened (1: attempts without
+an owner or heartbeat)."""
 TERMINATION_CLASSES = (
     "completed",
     "validation_stopped",
@@ -71,6 +78,31 @@ def refused(path: Path, error: sqlite3.DatabaseError) -> StoreError:
     return StoreError(f"{path}: {what} ({code}: {error}); the file was left untouched")
 
 
+_ATTEMPTS_UPDATE = f"""
+    CREATE TRIGGER attempts_heartbeat_or_end_once BEFORE UPDATE ON attempts
+    WHEN OLD.termination IS NOT NULL
+        OR NEW.id IS NOT OLD.id OR NEW.run IS NOT OLD.run OR NEW.ordinal IS NOT OLD.ordinal
+        OR NEW.environment_digest IS NOT OLD.environment_digest
+        OR NEW.started_at IS NOT OLD.started_at
+        OR NEW.owner_host IS NOT OLD.owner_host OR NEW.owner_pid IS NOT OLD.owner_pid
+        OR NEW.owner_started IS NOT OLD.owner_started
+        OR (NEW.termination IS NULL
+            AND (NEW.ended_at IS NOT NULL OR NEW.message IS NOT OLD.message))
+    BEGIN SELECT RAISE(ABORT,
+        '{APPEND_ONLY}: an open attempt can only have its heartbeat refreshed, or be ended once');
+    END;
+"""
+# Schema 1 → 2: attempts gain their owner and heartbeat; the update trigger admits a heartbeat.
+_MIGRATE_1 = f"""
+    ALTER TABLE attempts ADD COLUMN owner_host TEXT NOT NULL DEFAULT '';
+    ALTER TABLE attempts ADD COLUMN owner_pid INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE attempts ADD COLUMN owner_started TEXT NOT NULL DEFAULT '';
+    ALTER TABLE attempts ADD COLUMN heartbeat_at TEXT;
+    DROP TRIGGER attempts_end_once;
+    {_ATTEMPTS_UPDATE}
+"""
+
+
 def schema() -> str:
     """The DDL of a new store: six tables, two indexes and the append-only triggers."""
     classes = ", ".join(f"'{c}'" for c in TERMINATION_CLASSES)
@@ -103,6 +135,10 @@ def schema() -> str:
         ended_at TEXT,
         termination TEXT CHECK (termination IS NULL OR termination IN ({classes})),
         message TEXT NOT NULL DEFAULT '',
+        owner_host TEXT NOT NULL DEFAULT '',
+        owner_pid INTEGER NOT NULL DEFAULT 0,
+        owner_started TEXT NOT NULL DEFAULT '',
+        heartbeat_at TEXT,
         CHECK ((ended_at IS NULL) = (termination IS NULL)),
         UNIQUE (run, ordinal)
     );
@@ -150,14 +186,7 @@ def schema() -> str:
             CREATE TRIGGER {table}_no_update BEFORE UPDATE ON {table}
             BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}: UPDATE on {table}'); END;
             """
-    ddl += f"""
-    CREATE TRIGGER attempts_end_once BEFORE UPDATE ON attempts
-    WHEN OLD.termination IS NOT NULL OR NEW.termination IS NULL OR NEW.ended_at IS NULL
-        OR NEW.id IS NOT OLD.id OR NEW.run IS NOT OLD.run OR NEW.ordinal IS NOT OLD.ordinal
-        OR NEW.environment_digest IS NOT OLD.environment_digest
-        OR NEW.started_at IS NOT OLD.started_at
-    BEGIN SELECT RAISE(ABORT, '{APPEND_ONLY}: an open attempt can only be ended, once'); END;
-    """
+    ddl += _ATTEMPTS_UPDATE
     for table in ("metrics", "artifacts"):
         ddl += f"""
         CREATE TRIGGER {table}_open_attempt BEFORE INSERT ON {table}
@@ -168,10 +197,13 @@ def schema() -> str:
     return ddl
 
 
-def check_header(path: Path) -> None:
-    """Refuse anything but a gaugelab store of this schema, reading only the raw header.
+def check_header(path: Path) -> int:
+    """Refuse anything but a gaugelab store this gaugelab reads, reading only the raw header.
 
     Nothing is opened with SQLite before this passes, so a foreign file is never touched.
+
+    Returns:
+        The store's schema version: :data:`SCHEMA_VERSION`, or one of :data:`MIGRATES_FROM`.
 
     Raises:
         StoreError: ``path`` is empty, not SQLite, another application's database, another
@@ -187,7 +219,12 @@ def check_header(path: Path) -> None:
             f"{path}: empty file (0 bytes), not a gaugelab run store; remove it or choose "
             "another --store path"
         )
-    if len(header) < 100 or header[:16] != _SQLITE_MAGIC:
+    if len(header) < 100 and header[:16] == _SQLITE_MAGIC[: len(header[:16])]:
+        raise StoreError(
+            f"{path}: truncated SQLite file ({size} bytes, shorter than SQLite's 100-byte "
+            "header), not a usable gaugelab run store; the file was left untouched"
+        )
+    if header[:16] != _SQLITE_MAGIC:
         raise StoreError(
             f"{path}: not an SQLite database (first bytes {header[:16]!r}), so not a gaugelab "
             "run store"
@@ -199,7 +236,7 @@ def check_header(path: Path) -> None:
             f"{APPLICATION_ID:#010x} (an SQLite database of another program)"
         )
     version = int.from_bytes(header[60:64], "big")
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION and version not in MIGRATES_FROM:
         newer = " (written by a newer gaugelab)" if version > SCHEMA_VERSION else ""
         raise StoreError(
             f"{path}: gaugelab run store schema version {version}{newer}; this gaugelab reads "
@@ -207,6 +244,7 @@ def check_header(path: Path) -> None:
         )
     if truncated(path) and truncated(path):  # asked twice: a checkpoint may be under way
         raise StoreError(f"{path}: truncated gaugelab run store (shorter than its header says)")
+    return version
 
 
 def truncated(path: Path) -> bool:
@@ -231,28 +269,57 @@ def truncated(path: Path) -> bool:
     return size_valid and size < pages * page_size and not busy()
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    """Connect to a store whose header passed, in WAL mode; check its tables exist.
+def not_writable(path: Path) -> str | None:
+    """Why this process cannot write the existing store at ``path`` (its file or its folder is
+    read-only for it: SQLite needs both, for the ``-wal`` and ``-shm`` files), or ``None``."""
+    if not os.access(path, os.W_OK):
+        return "the file is read-only"
+    if not os.access(path.parent, os.W_OK):
+        return f"its folder {path.parent} is read-only"
+    return None
+
+
+def _connect(path: Path, version: int, readonly: str | None) -> sqlite3.Connection:
+    """Connect to a store whose header passed; migrate an older schema; check its tables.
+
+    A writable store is used in WAL mode. A read-only one (``readonly`` says why) is opened
+    with ``mode=ro`` — and ``immutable=1`` when no ``-wal`` file exists, since then no process
+    can be writing it and SQLite could not create its ``-shm`` file.
 
     Raises:
-        StoreError: SQLite reports the file corrupt or refuses it, WAL mode is unavailable,
-            or a table is missing; the connection is closed and the file left untouched.
+        StoreError: SQLite reports the file corrupt or refuses it, WAL mode is unavailable, a
+            table is missing, or an older schema cannot be migrated because the store is
+            read-only; the connection is closed and the file left untouched.
     """
+    if readonly is not None:
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{path}: gaugelab run store schema version {version}, which this gaugelab "
+                f"migrates to version {SCHEMA_VERSION} when it can write the store, and "
+                f"{readonly}; give write access once, or use a copy in a writable folder"
+            )
+        quiet = not Path(f"{path}-wal").exists()
+        target, uri = path.as_uri() + ("?mode=ro&immutable=1" if quiet else "?mode=ro"), True
+    else:
+        target, uri = str(path), False
     try:
-        conn = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+        conn = sqlite3.connect(target, timeout=60.0, isolation_level=None, uri=uri)
     except sqlite3.DatabaseError as e:
         raise refused(path, e) from None
     try:
         conn.execute("PRAGMA busy_timeout = 60000")
         conn.execute("PRAGMA foreign_keys = ON")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise StoreError(
-                f"{path}: SQLite could not enable WAL mode (journal_mode={mode!r}); the run "
-                "store needs a local file system"
-            )
-        # Durable across process crashes; a power loss may drop the last commits, never corrupt.
-        conn.execute("PRAGMA synchronous = NORMAL")
+        if readonly is None:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(
+                    f"{path}: SQLite could not enable WAL mode (journal_mode={mode!r}); the "
+                    "run store needs a local file system"
+                )
+            # Durable across process crashes; a power loss may drop the last commits only.
+            conn.execute("PRAGMA synchronous = NORMAL")
+            if version != SCHEMA_VERSION:
+                _migrate(conn)
         found = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         missing = sorted(set(_TABLES) - found)
         if missing:
@@ -266,11 +333,42 @@ def _connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring an older store to :data:`SCHEMA_VERSION` in one transaction (another process may
+    have done it meanwhile: the version is read again under the write lock)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version == 1:
+            for statement in _statements(_MIGRATE_1):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> list[str]:
+    """``script`` split into complete SQL statements (triggers hold ``;`` in their bodies)."""
+    out, current = [], ""
+    for line in script.splitlines(keepends=True):
+        current += line
+        if sqlite3.complete_statement(current):
+            out.append(current.strip())
+            current = ""
+    return out
+
+
 def create(path: Path) -> None:
     """Build a complete store in a temporary file and publish it at ``path`` atomically.
 
     If another process publishes first, its store is kept and this one discarded. An existing
     file at ``path`` is never replaced.
+
+    Raises:
+        OSError: the folder cannot be created or written (see :func:`open_store`).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     name = str(path.parent / f".{path.name}.{secrets.token_hex(8)}.creating")
@@ -300,28 +398,56 @@ def create(path: Path) -> None:
                 leftover.unlink()
 
 
-def open_store(path: Path, *, create_missing: bool) -> sqlite3.Connection:
-    """Open the store file at ``path`` (creating it first if asked): the checked connection.
+def _not_a_folder(path: Path) -> Path | None:
+    """The first ancestor of ``path`` that exists and is not a directory, if any."""
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.is_dir():
+            return parent
+    return None
+
+
+def open_store(path: Path, *, create_missing: bool) -> tuple[sqlite3.Connection, str | None]:
+    """Open the store file at ``path`` (creating it first if asked).
 
     Args:
         path: absolute path of the store file.
         create_missing: create a new store (and its parent directories) when nothing exists.
 
     Returns:
-        A connection in autocommit mode (``isolation_level=None``), WAL, foreign keys on,
-        60 s busy timeout. Only the header and the schema have been read, not every page.
+        ``(connection, readonly)``: a connection in autocommit mode (``isolation_level=None``),
+        foreign keys on, 60 s busy timeout, WAL; and ``None``, or why the store is read-only
+        for this process (then the connection is read-only: ``mode=ro``). Only the header and
+        the schema have been read, not every page. A store of an older schema version is
+        migrated first (one transaction).
 
     Raises:
         FileNotFoundError: nothing at ``path`` and ``create_missing`` is false.
-        StoreError: ``path`` is a directory or anything but a readable gaugelab store of this
-            schema (:func:`check_header`; corrupt pages or an SQLite refusal while connecting,
+        StoreError: ``path`` is a directory, lies under a regular file, cannot be created
+            (a read-only folder), or is anything but a readable gaugelab store this gaugelab
+            reads (:func:`check_header`; corrupt pages or an SQLite refusal while connecting,
             :func:`refused`); the file is left byte-identical.
     """
+    blocker = _not_a_folder(path)
+    if blocker is not None:
+        raise StoreError(
+            f"{path}: {blocker} is a file, not a folder, so no run store can be there; choose "
+            "another --store path"
+        )
     if not path.exists():
         if not create_missing:
             raise FileNotFoundError(f"RunStore: no run store at {path}")
-        create(path)
+        try:
+            create(path)
+        except OSError as e:
+            raise StoreError(
+                f"{path}: cannot create a run store there ({e.strerror or e}); choose a --store "
+                "path in a folder you can write"
+            ) from None
     if path.is_dir():
         raise StoreError(f"{path}: is a directory, not a gaugelab run store")
-    check_header(path)
-    return _connect(path)
+    try:
+        version = check_header(path)
+    except PermissionError as e:
+        raise StoreError(f"{path}: cannot read the run store ({e.strerror})") from None
+    readonly = not_writable(path)
+    return _connect(path, version, readonly), readonly

@@ -25,7 +25,7 @@ import operator
 import os
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,7 @@ def save_checkpoint(
     rng_states: Mapping[str, torch.Tensor],
     data_position: int,
     extra: Mapping[str, Any] | None = None,
+    on_write: Callable[[Path, str], None] | None = None,
 ) -> Path:
     """Write the checkpoint of ``step`` into ``directory`` (created if missing).
 
@@ -195,6 +196,9 @@ def save_checkpoint(
         rng_states: name → generator state, e.g. ``{"data": generator.get_state()}``.
         data_position: how far the data stream has been consumed (≥ 0, caller's unit).
         extra: further JSON-able values (tensors allowed), e.g. the best validation loss.
+        on_write: called as ``on_write(path, sha256)`` for the safetensors file once it is
+            written, then for the JSON file *before* it is published (the run store records
+            both, so a checkpoint that exists is always on record).
 
     Returns:
         Path of the JSON file (the checkpoint's handle for :func:`load_checkpoint`).
@@ -243,7 +247,11 @@ def save_checkpoint(
     text = json.dumps(record, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
     # A safetensors file without its JSON is an interrupted save, not a checkpoint: replace it.
     _write_atomic(tensor_path, blob, exclusive=False)
-    _write_atomic(json_path, text.encode("utf-8"), exclusive=True)
+    data = text.encode("utf-8")
+    if on_write is not None:
+        on_write(tensor_path, record["sha256"])
+        on_write(json_path, hashlib.sha256(data).hexdigest())
+    _write_atomic(json_path, data, exclusive=True)
     return json_path
 
 

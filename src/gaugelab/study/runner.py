@@ -12,18 +12,30 @@ Whatever ends the attempt is recorded as one of the termination classes:
 * ``infrastructure_failure`` — anything else (the environment or the code failed). Only these
   are retried by a sweep, and only when :func:`retryable`.
 
-A long run writes checkpoints with :meth:`RunContext.checkpoint` and starts with
-:meth:`RunContext.resume`: an attempt that follows a killed one continues from the killed
-attempt's latest checkpoint, and the outcome says from which step.
+An attempt is opened by :meth:`~gaugelab.study.store.RunStore.claim`: a run that a live process
+holds is not attempted (the outcome is ``"held"``), nor one that completed meanwhile
+(``"reused"``). While the run trains, a :class:`~gaugelab.study._owner.Heartbeat` thread keeps
+its claim fresh and, in a worker, stops the run when the driver that asked for it is gone.
+
+A long run writes checkpoints with :meth:`RunContext.checkpoint` (each file recorded in the
+store with its sha256) and starts with :meth:`RunContext.resume`: an attempt that follows a
+killed one continues from the killed attempt's latest checkpoint, and the outcome says from
+which step. A checkpoint whose files differ from the store's record is not used: it is set
+aside (renamed ``*.rejected-attempt-<n>``) and the run starts from step 0, as the outcome's
+``checkpoint_rejected`` says.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import importlib
 import os
+import signal
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,15 +43,29 @@ from typing import Any
 from pydantic import ValidationError
 
 from gaugelab.errors import NonFiniteError
-from gaugelab.study.checkpoint import (
-    Checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    prune_checkpoints,
-    save_checkpoint,
-)
+from gaugelab.study._owner import Heartbeat, Owner
+from gaugelab.study.context import RunContext
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.study.store import RunStore
+
+__all__ = [
+    "HELD",
+    "REUSED",
+    "AdmissionError",
+    "Outcome",
+    "RunContext",
+    "ValidationStop",
+    "execute_run",
+    "rebuild_spec",
+    "retryable",
+    "spec_reference",
+    "worker_sigint",
+]
+
+HELD = "held"
+"""An :class:`Outcome`'s termination when the run was not attempted: a live process holds it."""
+REUSED = "reused"
+"""An :class:`Outcome`'s termination when the run was not attempted: it completed meanwhile."""
 
 
 class ValidationStop(Exception):
@@ -56,11 +82,16 @@ class Outcome:
 
     Attributes:
         identity: the run.
-        attempt: the attempt's ordinal (1 for the first).
-        termination: one of the termination classes.
+        attempt: the attempt's ordinal (1 for the first); for :data:`HELD` / :data:`REUSED`,
+            the holding / completed attempt's; 0 when no attempt was recorded.
+        termination: one of the termination classes, or :data:`HELD` (not attempted: a live
+            process holds the run; the message names it) or :data:`REUSED` (not attempted:
+            the run completed meanwhile).
         message: the exception's summary, or "" when completed.
         retryable: an infrastructure failure worth another attempt.
         resumed_from: the checkpoint step this attempt resumed from, or ``None`` (from step 0).
+        checkpoint_rejected: why the run's latest checkpoint was not used (its files differ
+            from the store's record), or ``""``.
     """
 
     identity: str
@@ -69,107 +100,7 @@ class Outcome:
     message: str = ""
     retryable: bool = False
     resumed_from: int | None = None
-
-
-class RunContext:
-    """What a running experiment may do: log metrics, write and record artifacts.
-
-    Attributes:
-        spec: the spec being executed.
-        identity: its run identity.
-        attempt_id: the store's id of the open attempt.
-        directory: a private folder for this attempt's files
-            (``<store dir>/<store name>.artifacts/<identity[:16]>/attempt-<n>/``: per store,
-            so two stores in one folder never share a run's files).
-        checkpoints: the run's checkpoint folder, shared by its attempts so a retry resumes
-            from the latest checkpoint (``…/<identity[:16]>/checkpoints/``).
-        resumed_from: the step :meth:`resume` returned a checkpoint of, else ``None``.
-    """
-
-    def __init__(
-        self,
-        store: RunStore,
-        spec: ExperimentSpec,
-        attempt_id: int,
-        ordinal: int,
-        progress: Callable[[str, int, int], None] | None = None,
-    ):
-        self.spec = spec
-        self._progress = progress
-        self.identity = spec.identity()
-        self.attempt_id = attempt_id
-        self._store = store
-        run_dir = store.path.parent / f"{store.path.name}.artifacts" / self.identity[:16]
-        self.directory = run_dir / f"attempt-{ordinal}"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.checkpoints = run_dir / "checkpoints"
-        self.checkpoints.mkdir(exist_ok=True)
-        self.resumed_from: int | None = None
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        """Append the metrics of one step (raises NonFiniteError on NaN/inf, writing nothing)."""
-        self._store.log_metrics(self.attempt_id, step, metrics)
-
-    def progress(self, label: str, step: int, total: int) -> None:
-        """Report ``step`` of ``total`` of the part ``label`` (e.g. a rule) to whoever watches
-        (a progress bar when the run executes in the caller's process; nothing otherwise)."""
-        if self._progress is not None:
-            self._progress(label, step, total)
-
-    def artifact(self, path: str | os.PathLike[str], kind: str) -> Path:
-        """Record a file this attempt wrote (its sha256 is stored); returns its path."""
-        self._store.add_artifact(self.attempt_id, path, kind)
-        return Path(path)
-
-    def _folder(self, scope: str) -> Path:
-        if scope and (scope in (".", "..") or "/" in scope or "\\" in scope):
-            raise ValueError(f"RunContext: scope={scope!r}; allowed: a name without a path")
-        return self.checkpoints / scope if scope else self.checkpoints
-
-    def resume(self, scope: str = "") -> Checkpoint | None:
-        """The run's latest checkpoint, written by an earlier attempt, or ``None``.
-
-        Call before training; a checkpoint found sets :attr:`resumed_from`.
-
-        Args:
-            scope: a sub-folder name, for a run that trains several things in turn (e.g. one
-                per rule); ``""``: the run's checkpoint folder itself.
-
-        Raises:
-            StoreError: the latest checkpoint is corrupt (its sha256 differs).
-        """
-        path = latest_checkpoint(self._folder(scope))
-        if path is None:
-            return None
-        checkpoint = load_checkpoint(path)
-        self.resumed_from = checkpoint.step
-        return checkpoint
-
-    def checkpoint(
-        self,
-        step: int,
-        *,
-        scope: str = "",
-        model_state: dict[str, Any],
-        optimizer_state: dict[str, Any],
-        rng_states: dict[str, Any] | None = None,
-        data_position: int = 0,
-        extra: dict[str, Any] | None = None,
-    ) -> Path:
-        """Write the checkpoint of ``step`` into :attr:`checkpoints` (or its ``scope`` folder;
-        see :func:`gaugelab.study.checkpoint.save_checkpoint` for the arguments and errors),
-        then delete the older ones there: a resumed run needs only the latest."""
-        path = save_checkpoint(
-            self._folder(scope),
-            step=step,
-            model_state=model_state,
-            optimizer_state=optimizer_state,
-            rng_states=rng_states or {},
-            data_position=data_position,
-            extra=extra,
-        )
-        prune_checkpoints(self._folder(scope), keep=1)
-        return path
+    checkpoint_rejected: str = ""
 
 
 def spec_reference(spec: ExperimentSpec) -> tuple[str, str, str]:
@@ -231,6 +162,33 @@ def _worker_store(path: str | os.PathLike[str]) -> RunStore:
     return _OPEN[key]
 
 
+_RUNNING = False  # a run executes in this process (a worker's SIGINT then interrupts it)
+_STOPPING = False  # a worker received SIGINT: it starts no further run
+
+
+def worker_sigint(signum: int, frame: Any) -> None:
+    """The SIGINT handler of a sweep's worker process: interrupt the run in progress
+    (``KeyboardInterrupt``, recorded as ``cancelled``); between runs, only remember it, so the
+    worker starts no further run (and an idle worker dies without a traceback)."""
+    global _STOPPING
+    _STOPPING = True
+    if _RUNNING:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while an interrupted attempt is being recorded (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def execute_run(
     store_path: str | os.PathLike[str],
     identity: str,
@@ -238,48 +196,101 @@ def execute_run(
     qualname: str,
     payload: str,
     progress: Callable[[str, int, int], None] | None = None,
+    *,
+    distrust_through: int = 0,
+    driver: Owner | None = None,
 ) -> Outcome:
-    """Run one registered spec to the end of one attempt, in this process.
+    """Claim one registered run and execute it to the end of one attempt, in this process.
 
     Args:
         store_path: the run store (opened once per worker process and kept open).
         identity: the registered run's identity.
         module, qualname, payload: from :func:`spec_reference`.
         progress: receives the run's :meth:`RunContext.progress` reports.
+        distrust_through: completed attempts up to this ordinal do not count (their artifacts
+            failed verification; see :meth:`~gaugelab.study.store.RunStore.claim`).
+        driver: the process that asked for the run, when it is another one (a sweep's
+            driver): if it dies, the run stops (``cancelled``) and this worker exits.
 
     Returns:
-        The attempt's :class:`Outcome`. Exceptions are recorded, not raised — except that
-        ``KeyboardInterrupt`` is re-raised after the attempt is recorded as ``cancelled``.
+        The attempt's :class:`Outcome` (:data:`HELD` or :data:`REUSED` when no attempt was
+        opened). Exceptions are recorded, not raised — except that ``KeyboardInterrupt`` is
+        re-raised after the attempt is recorded as ``cancelled``.
     """
     store = _worker_store(store_path)  # stays open for this worker's next run
-    attempt_id = store.start_attempt(identity)
-    ordinal = store.attempts(identity)[-1].ordinal
+    if _STOPPING:
+        return Outcome(identity, 0, "cancelled", "interrupted before it started")
+    claim = store.claim(identity, distrust_through=distrust_through)
+    if claim.holder is not None:
+        holder = claim.holder
+        owner = Owner(holder.owner_host, holder.owner_pid, holder.owner_started)
+        return Outcome(identity, holder.ordinal, HELD, f"attempt {holder.ordinal} of {owner}")
+    if claim.completed is not None:
+        return Outcome(identity, claim.completed.ordinal, REUSED, "completed by another process")
+    attempt_id, ordinal = claim.attempt_id, claim.ordinal
+    connect = functools.partial(RunStore, store_path, create=False)
+    beat = Heartbeat(connect, attempt_id, driver=driver).start()
     context = None
+    contexts: list[RunContext] = []
     try:
-        spec = rebuild_spec(module, qualname, payload)
-        if spec.identity() != identity:
-            raise AdmissionError(f"the rebuilt spec has identity {spec.identity()[:16]}…")
-        context = RunContext(store, spec, attempt_id, ordinal, progress)
-        admit = getattr(spec, "admit", None)
-        if admit is not None:
-            try:
-                admit()
-            except ValueError as exc:
-                raise AdmissionError(str(exc)) from exc
-        spec.execute(context)
-    except ValidationStop as exc:
-        termination, message, retry = "validation_stopped", str(exc), False
-    except NonFiniteError as exc:
-        termination, message, retry = "numerical_failure", _summary(exc), False
-    except AdmissionError as exc:
-        termination, message, retry = "admission_failure", _summary(exc), False
+        reference = (identity, module, qualname, payload)
+        termination, message, retry = _execute(
+            store, reference, attempt_id, ordinal, progress, contexts
+        )
+        context = contexts[0] if contexts else None
     except KeyboardInterrupt:
-        store.end_attempt(attempt_id, "cancelled", "interrupted")
+        beat.stop()
+        with _sigint_ignored():
+            if beat.stopped is not None and not beat.stopped.startswith("driver"):
+                # another process ended this attempt (it judged its heartbeat stale)
+                return Outcome(identity, ordinal, "infrastructure_failure", beat.stopped)
+            with contextlib.suppress(ValueError):  # already ended
+                store.end_attempt(attempt_id, "cancelled", beat.stopped or "interrupted")
+            if beat.stopped is not None:  # the driver is gone: nobody waits for this worker
+                os._exit(1)
         raise
-    except Exception as exc:
-        termination, message, retry = "infrastructure_failure", _summary(exc), retryable(exc)
-    else:
-        termination, message, retry = "completed", "", False
+    finally:
+        beat.stop()
     store.end_attempt(attempt_id, termination, message)
     resumed = context.resumed_from if context is not None else None
-    return Outcome(identity, ordinal, termination, message, retry, resumed)
+    rejected = context.checkpoint_rejected if context is not None else ""
+    return Outcome(identity, ordinal, termination, message, retry, resumed, rejected)
+
+
+def _execute(
+    store: RunStore,
+    reference: tuple[str, str, str, str],
+    attempt_id: int,
+    ordinal: int,
+    progress: Callable[[str, int, int], None] | None,
+    contexts: list[RunContext],
+) -> tuple[str, str, bool]:
+    """Rebuild, admit and execute the spec in an open attempt: ``(termination, message,
+    retryable)``; the :class:`RunContext` is appended to ``contexts``."""
+    global _RUNNING
+    identity, module, qualname, payload = reference
+    try:
+        _RUNNING = True
+        try:
+            spec = rebuild_spec(module, qualname, payload)
+            if spec.identity() != identity:
+                raise AdmissionError(f"the rebuilt spec has identity {spec.identity()[:16]}…")
+            contexts.append(RunContext(store, spec, attempt_id, ordinal, progress))
+            admit = getattr(spec, "admit", None)
+            if admit is not None:
+                try:
+                    admit()
+                except ValueError as exc:
+                    raise AdmissionError(str(exc)) from exc
+            spec.execute(contexts[0])
+        finally:
+            _RUNNING = False
+    except ValidationStop as exc:
+        return "validation_stopped", str(exc), False
+    except NonFiniteError as exc:
+        return "numerical_failure", _summary(exc), False
+    except AdmissionError as exc:
+        return "admission_failure", _summary(exc), False
+    except Exception as exc:
+        return "infrastructure_failure", _summary(exc), retryable(exc)
+    return "completed", "", False

@@ -17,18 +17,19 @@ the rows and the read queries are in :mod:`gaugelab.study._queries`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import operator
 import os
+import re
 import sqlite3
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gaugelab.errors import NonFiniteError
+from gaugelab.study._attempts import AttemptClaims, Claim
+from gaugelab.study._owner import now_iso
 from gaugelab.study._queries import (
     ArtifactRow,
     AttemptRow,
@@ -37,6 +38,7 @@ from gaugelab.study._queries import (
     StoreQueries,
     StudyRow,
     _exists,
+    file_sha256,
 )
 from gaugelab.study._storefile import (
     APPLICATION_ID,
@@ -47,7 +49,6 @@ from gaugelab.study._storefile import (
     refused,
 )
 from gaugelab.study.spec import ExperimentSpec, Manifest
-from gaugelab.study.spec import environment_digest as _environment_digest
 
 __all__ = [
     "APPLICATION_ID",
@@ -56,6 +57,7 @@ __all__ = [
     "TERMINATION_CLASSES",
     "ArtifactRow",
     "AttemptRow",
+    "Claim",
     "MetricRow",
     "RunRow",
     "RunStore",
@@ -67,24 +69,11 @@ __all__ = [
 DEFAULT_STORE_PATH = Path("gaugelab-runs") / "store.sqlite"
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
 def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """sha256 hex digest of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-class RunStore(StoreQueries):
+class RunStore(AttemptClaims, StoreQueries):
     """An open run store (one SQLite connection).
 
     Args:
@@ -107,7 +96,8 @@ class RunStore(StoreQueries):
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE_PATH, *, create: bool = True):
         self._path = Path(path).absolute()
         self._pid = os.getpid()
-        self._conn: sqlite3.Connection | None = open_store(self._path, create_missing=create)
+        self._conn: sqlite3.Connection | None = None
+        self._conn, self._readonly = open_store(self._path, create_missing=create)
 
     def check(self) -> None:
         """Run SQLite's ``PRAGMA integrity_check`` (reads every page; slow on big stores).
@@ -138,6 +128,12 @@ class RunStore(StoreQueries):
         """Absolute path of the store file."""
         return self._path
 
+    @property
+    def readonly(self) -> str | None:
+        """Why this process may only read the store (a read-only file or folder), or ``None``
+        when it may write."""
+        return self._readonly
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         if self._conn is not None and os.getpid() == self._pid:
@@ -167,9 +163,15 @@ class RunStore(StoreQueries):
 
     @contextlib.contextmanager
     def _transaction(self, write: bool) -> Iterator[sqlite3.Connection]:
-        """A transaction (``BEGIN IMMEDIATE`` to write); SQLite's corruption errors become
-        :class:`StoreError`."""
+        """A transaction (``BEGIN IMMEDIATE`` to write).
+
+        Raises:
+            StoreError: a write to a read-only store, a full disk, or corrupt pages (SQLite's
+                errors, in one line naming the store and what to do).
+        """
         conn = self._connection()
+        if write and self._readonly is not None:
+            raise self._read_only_error(self._readonly)
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
@@ -180,9 +182,24 @@ class RunStore(StoreQueries):
                 raise
             conn.execute("COMMIT")
         except sqlite3.DatabaseError as e:
-            if getattr(e, "sqlite_errorname", "") not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+            name = getattr(e, "sqlite_errorname", "") or ""
+            if name.startswith("SQLITE_READONLY"):
+                raise self._read_only_error(f"SQLite: {e}") from None
+            if name == "SQLITE_FULL":
+                raise StoreError(
+                    f"{self._path}: the disk is full ({e}); free some space and run the same "
+                    "command again (what was recorded is kept)"
+                ) from None
+            if name not in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
                 raise
             raise refused(self._path, e) from None
+
+    def _read_only_error(self, why: str) -> StoreError:
+        return StoreError(
+            f"{self._path}: the run store is read-only for this process ({why}); writing needs "
+            "write access to the file and its folder: fix the permissions or choose another "
+            "--store"
+        )
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -215,7 +232,7 @@ class RunStore(StoreQueries):
             if row is None:
                 conn.execute(
                     "INSERT INTO studies (name, kind, spec_json, created_at) VALUES (?, ?, ?, ?)",
-                    (name, kind, spec_json, _now()),
+                    (name, kind, spec_json, now_iso()),
                 )
             elif tuple(row) != (kind, spec_json):
                 raise ValueError(
@@ -252,7 +269,7 @@ class RunStore(StoreQueries):
                         manifest.kind,
                         _dumps(manifest.spec),
                         manifest.model_dump_json(),
-                        _now(),
+                        now_iso(),
                     ),
                 )
             if study is not None:
@@ -263,65 +280,9 @@ class RunStore(StoreQueries):
                 if linked is None:
                     conn.execute(
                         "INSERT INTO study_runs (study, run, created_at) VALUES (?, ?, ?)",
-                        (study, manifest.identity, _now()),
+                        (study, manifest.identity, now_iso()),
                     )
         return self.run(manifest.identity)
-
-    def start_attempt(self, identity: str, *, environment_digest: str | None = None) -> int:
-        """Open a new attempt at a run; its ordinal is the run's previous maximum + 1.
-
-        Args:
-            identity: the full run identity (64 hex characters).
-            environment_digest: digest of the attempting environment; default
-                :func:`gaugelab.study.spec.environment_digest` of this process.
-
-        Returns:
-            The attempt id (the handle for :meth:`log_metrics`, :meth:`end_attempt`).
-
-        Raises:
-            ValueError: the run is not registered.
-        """
-        if environment_digest is None:
-            environment_digest = _environment_digest()
-        with self._transaction(write=True) as conn:
-            if not _exists(conn, "runs", "identity", identity):
-                raise ValueError(f"start_attempt: unknown run {identity!r}; register_run first")
-            (ordinal,) = conn.execute(
-                "SELECT COALESCE(MAX(ordinal), 0) + 1 FROM attempts WHERE run = ?", (identity,)
-            ).fetchone()
-            cursor = conn.execute(
-                "INSERT INTO attempts (run, ordinal, environment_digest, started_at) "
-                "VALUES (?, ?, ?, ?)",
-                (identity, ordinal, environment_digest, _now()),
-            )
-            return int(cursor.lastrowid)
-
-    def end_attempt(self, attempt_id: int, termination: str, message: str = "") -> AttemptRow:
-        """Close an open attempt with its termination class (once).
-
-        Args:
-            attempt_id: from :meth:`start_attempt`.
-            termination: one of :data:`TERMINATION_CLASSES`.
-            message: free text, e.g. the exception that ended it.
-
-        Returns:
-            The ended attempt.
-
-        Raises:
-            ValueError: unknown termination class or attempt, or the attempt already ended.
-        """
-        if termination not in TERMINATION_CLASSES:
-            raise ValueError(
-                f"end_attempt: termination={termination!r}; allowed: "
-                f"{', '.join(TERMINATION_CLASSES)}"
-            )
-        with self._transaction(write=True) as conn:
-            row = self._open_attempt(conn, "end_attempt", attempt_id)
-            conn.execute(
-                "UPDATE attempts SET ended_at = ?, termination = ?, message = ? WHERE id = ?",
-                (_now(), termination, str(message), attempt_id),
-            )
-        return self._attempt_by_id(row[0], attempt_id)
 
     def log_metrics(self, attempt_id: int, step: int, metrics: Mapping[str, float]) -> int:
         """Append scalar metrics of one step in one transaction.
@@ -364,27 +325,42 @@ class RunStore(StoreQueries):
                 ) from None
         return len(rows)
 
-    def add_artifact(self, attempt_id: int, path: str | os.PathLike[str], kind: str) -> ArtifactRow:
-        """Record a file written by an open attempt, with the sha256 of its current content.
+    def add_artifact(
+        self,
+        attempt_id: int,
+        path: str | os.PathLike[str],
+        kind: str,
+        *,
+        sha256: str | None = None,
+    ) -> ArtifactRow:
+        """Record a file written by an open attempt, with the sha256 of its content.
 
         The path is stored relative to the store's directory when it lies inside it (so a
         moved ``gaugelab-runs/`` folder stays valid), else absolute.
 
         Args:
             attempt_id: an open attempt.
-            path: an existing file.
+            path: an existing file; or, with ``sha256``, a file about to be published there
+                (a checkpoint's commit marker is recorded before it appears, so a checkpoint
+                on disk is always on record).
             kind: what it is, e.g. ``"checkpoint"``, ``"plot"``, ``"report"``.
+            sha256: the content's digest (64 lowercase hex); default: read from the file.
 
         Raises:
-            FileNotFoundError: ``path`` is not a file.
-            ValueError: empty kind, unknown or ended attempt.
+            FileNotFoundError: ``path`` is not a file (and no ``sha256`` was given).
+            ValueError: empty kind, malformed ``sha256``, unknown or ended attempt.
         """
         if not isinstance(kind, str) or not kind:
             raise ValueError(f"add_artifact: kind={kind!r}; allowed: a non-empty string")
         file = Path(path).absolute()
-        if not file.is_file():
-            raise FileNotFoundError(f"add_artifact: {file} is not a file")
-        digest = file_sha256(file)
+        if sha256 is None:
+            if not file.is_file():
+                raise FileNotFoundError(f"add_artifact: {file} is not a file")
+            digest = file_sha256(file)
+        elif isinstance(sha256, str) and re.fullmatch(r"[0-9a-f]{64}", sha256):
+            digest = sha256
+        else:
+            raise ValueError(f"add_artifact: sha256={sha256!r}; allowed: 64 lowercase hex")
         base = self._path.parent
         stored = file.relative_to(base).as_posix() if file.is_relative_to(base) else str(file)
         with self._transaction(write=True) as conn:
@@ -392,20 +368,6 @@ class RunStore(StoreQueries):
             conn.execute(
                 "INSERT INTO artifacts (run, attempt, path, sha256, kind, created_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                (run, attempt_id, stored, digest, kind, _now()),
+                (run, attempt_id, stored, digest, kind, now_iso()),
             )
         return self.artifacts(run)[-1]
-
-    @staticmethod
-    def _open_attempt(conn: sqlite3.Connection, caller: str, attempt_id: int) -> tuple:
-        row = conn.execute(
-            "SELECT run, termination FROM attempts WHERE id = ?", (attempt_id,)
-        ).fetchone()
-        if row is None:
-            raise ValueError(f"{caller}: unknown attempt id {attempt_id!r}")
-        if row[1] is not None:
-            raise ValueError(
-                f"{caller}: attempt {attempt_id} already ended as {row[1]!r}; "
-                "start a new attempt instead"
-            )
-        return tuple(row)
