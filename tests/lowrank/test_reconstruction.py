@@ -108,7 +108,8 @@ def test_x_skew_counterexample_is_seed_0x04H():
     weight = reconstruct_by_rank(DELTA, [1, 2]).rows
     weight_1 = output_residual(DELTA, (weight[0].B, weight[0].A), X_SKEW)
     weight_2 = output_residual(DELTA, (weight[1].B, weight[1].A), X_SKEW)
-    optimal_1 = output_weighted_rank_r(DELTA, X_SKEW, 1)
+    optimal_1 = output_weighted_rank_r(DELTA, X_SKEW, 1, matrix_id="matrix_delta:v1")
+    assert optimal_1.matrix_id == "matrix_delta:v1" and optimal_1.rank == 1
     # weight-SVD rank one keeps axis 1 (4 > 3): residual diag(0, 3, 2, 1) → rows 4·3, 2·2
     assert (weight_1.raw, weight_1.direct, weight_1.traced) == pytest.approx((160, 40, 40))
     # output-optimal keeps axis 2 with value 3: residual diag(4, 0, 2, 1) → rows 1·4, 2·2
@@ -235,10 +236,14 @@ def test_factors_and_dense_input_give_the_same_reconstruction():
         for name in ("retained_energy", "retained_mass", "frobenius_squared", "spectral"):
             assert getattr(f, name) == pytest.approx(getattr(d, name), abs=EXACT)
         close(f.B @ f.A, d.B @ d.A)
-    X = randn(10, 8, seed=13)
+    X = randn(5, 8, seed=13)  # N = 5 < 8: three invisible input directions
     weighted_f = output_weighted_rank_r((B, A, s), X, 2)
     weighted_d = output_weighted_rank_r(dense, X, 2)
     close(weighted_f.delta_r, weighted_d.delta_r)
+    assert weighted_f.invisible_update_energy > 0.01  # a generic ΔW has some mass off the support
+    assert weighted_f.invisible_update_energy == pytest.approx(
+        weighted_d.invisible_update_energy, abs=EXACT
+    )
     assert weighted_f.residual.direct == pytest.approx(weighted_d.residual.direct, abs=EXACT)
     assert weighted_f.residual.traced == pytest.approx(weighted_d.residual.traced, abs=EXACT)
     assert weighted_f.residual.agree

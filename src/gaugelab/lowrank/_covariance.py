@@ -33,6 +33,7 @@ class CovarianceSupport:
             ``N0 C^{1/2} = 0`` and changes no sampled output).
         sqrt: ``[n, n]`` ``C^{1/2} = Q_+ Λ_+^{1/2} Q_+ᵀ`` on the support.
         pinv_sqrt: ``[n, n]`` ``C^{†/2} = Q_+ Λ_+^{−1/2} Q_+ᵀ`` (Moore–Penrose).
+        backend: the eigendecomposition routine, ``"torch.linalg.eigh"``.
     """
 
     covariance: torch.Tensor
@@ -42,6 +43,7 @@ class CovarianceSupport:
     invisible: torch.Tensor
     sqrt: torch.Tensor
     pinv_sqrt: torch.Tensor
+    backend: str = "torch.linalg.eigh"
 
     @property
     def rank(self) -> int:

@@ -179,6 +179,7 @@ class OutputWeightedTruncation:
     """The output-weighted rank-``r`` truncation of one update on sampled inputs.
 
     Attributes:
+        matrix_id: the update's id (``None`` when not given).
         rank: ``r``.
         B: ``[m, r]`` ``U_r Σ_r`` of ``M = ΔW C^{1/2}``; ``A``: ``[r, n]`` ``V_rᵀ C^{†/2}``;
             zero columns / rows past ``M``'s last singular value.
@@ -191,6 +192,7 @@ class OutputWeightedTruncation:
         svd: ``SvdRecord`` of the SVD of ``M``.
     """
 
+    matrix_id: str | None
     rank: int
     B: torch.Tensor
     A: torch.Tensor
@@ -213,6 +215,7 @@ def output_weighted_rank_r(
     r: int,
     support_tol: float | None = None,
     *,
+    matrix_id: str | None = None,
     tie_rtol: float | None = None,
     computed_in: torch.dtype | None = None,
 ) -> OutputWeightedTruncation:
@@ -231,6 +234,7 @@ def output_weighted_rank_r(
         r: target rank, an int ``≥ 0``.
         support_tol: covariance cut-off (see ``covariance_support``; default
             ``max(λ)·n·eps(computed_in)``), distinct from ``tie_rtol`` and any rank tolerance.
+        matrix_id: the update's id, carried by the result.
         tie_rtol: relative tie tolerance on ``σ(M)``; default ``max(m, n)·eps(computed_in)``.
         computed_in: dtype the inputs were produced in (default ``delta``'s); sets defaults.
 
@@ -262,6 +266,7 @@ def output_weighted_rank_r(
     B_r, A_r = _truncated_factors(U, S, V, r, "unbalanced")
     A_r = A_r @ support.pinv_sqrt  # [r, n]
     return OutputWeightedTruncation(
+        matrix_id=matrix_id,
         rank=r,
         B=B_r,
         A=A_r,
