@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 INITS = ("standard", "reversed", "gaussian", "zero", "given")
 """The initialisation families of :func:`gaugelab.models.lora.inject_lora` (seed §0x07F)."""
@@ -183,10 +184,10 @@ class FactorRecord:
         return cls.from_dict(json.loads(text))
 
 
-def _uniform(
-    shape: tuple[int, int], bound: float, generator: torch.Generator, dtype: torch.dtype
-) -> torch.Tensor:
-    return torch.empty(shape, dtype=dtype).uniform_(-bound, bound, generator=generator)
+def _kaiming_uniform(shape: tuple[int, int], generator, dtype: torch.dtype) -> torch.Tensor:
+    # nn.Linear's default weight init, as PEFT draws lora_A: U(−1/√fan_in, 1/√fan_in)
+    w = torch.empty(shape, dtype=dtype)
+    return nn.init.kaiming_uniform_(w, a=math.sqrt(5), generator=generator)
 
 
 def init_factors(
@@ -218,11 +219,11 @@ def init_factors(
     A, B = torch.zeros(r, d_in, dtype=dtype), torch.zeros(d_out, r, dtype=dtype)
     zero = ("zero", 0.0)
     if init == "standard":
-        A = _uniform((r, d_in), 1 / math.sqrt(d_in), generator, dtype)
+        A = _kaiming_uniform((r, d_in), generator, dtype)
         down = (f"uniform(-1/sqrt({d_in}), 1/sqrt({d_in}))", 1 / (3 * d_in))
         up, zero_factor = zero, "up"
     elif init == "reversed":
-        B = _uniform((d_out, r), 1 / math.sqrt(r), generator, dtype)
+        B = _kaiming_uniform((d_out, r), generator, dtype)
         up = (f"uniform(-1/sqrt({r}), 1/sqrt({r}))", 1 / (3 * r))
         down, zero_factor = zero, "down"
     elif init == "gaussian":

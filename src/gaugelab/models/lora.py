@@ -299,8 +299,8 @@ def inject_lora(
             )
         if not isinstance(module, nn.Linear):
             raise ValueError(
-                f"inject_lora: target_modules matched {key!r}, a "
-                f"{type(module).__name__}; allowed: nn.Linear modules only"
+                f"inject_lora: target_modules matched {key!r} ({type(module).__name__}); "
+                "allowed: nn.Linear modules only"
             )
         matched.append(key)
     if not matched:
