@@ -8,8 +8,10 @@ adam ≈ 2.6 (n = 8 smoke run) — gradient descent nearly conserves it, Adam do
 """
 
 import pytest
+from matplotlib.colors import to_hex
 from pydantic import ValidationError
 
+from gaugelab.experiments import sensing_report
 from gaugelab.experiments.zoo import (
     CONVEX,
     LearningRateGrids,
@@ -174,3 +176,46 @@ def test_tables_and_report(reduced, tmp_path):
     assert "scalar-adam" in html and "clean split" in html
     for name in ("recovery_vs_effective_rank", "spectra", "loss_curves"):
         assert (tmp_path / "report" / f"{name}.png").is_file()
+
+
+def test_one_colour_per_rule_and_no_overlapping_scatter_labels(reduced, tmp_path, monkeypatch):
+    _, _, result, _ = reduced
+    figures = {}
+    save = sensing_report.save_figure
+
+    def keep(fig, directory, name, **kw):
+        figures[name] = fig
+        return save(fig, directory, name, **kw)
+
+    monkeypatch.setattr(sensing_report, "save_figure", keep)
+    sensing_report.zoo_figures(result, tmp_path)
+    colours: dict[str, set] = {}
+    scatter = figures["recovery_vs_effective_rank"].axes[0]
+    for points in scatter.collections:
+        if points.get_label() and not points.get_label().startswith("_"):
+            colours.setdefault(points.get_label(), set()).add(to_hex(points.get_facecolor()[0]))
+    for name in ("spectra", "loss_curves"):
+        for line in figures[name].axes[0].lines:
+            colours.setdefault(line.get_label(), set()).add(to_hex(line.get_color()))
+    rules = [r.rule for r in result.rows] + [CONVEX]
+    assert all(len(colours[r]) == 1 for r in rules)  # one colour per rule in every figure
+    assert len({next(iter(colours[r])) for r in rules}) == len(rules)  # distinct rules
+    # no text on the points: the legend names the rules, outside the axes
+    fig = figures["recovery_vs_effective_rank"]
+    assert not scatter.texts
+    renderer = fig.canvas.get_renderer()
+    legend = scatter.get_legend().get_window_extent(renderer)
+    assert not legend.overlaps(scatter.get_window_extent(renderer))
+    assert [t.get_text() for t in scatter.get_legend().get_texts()] == rules
+
+
+def test_the_report_opens_with_the_results_and_ends_with_the_spec(reduced, tmp_path):
+    _, _, result, _ = reduced
+    html = report(result, tmp_path / "report").read_text(encoding="utf-8")
+    sections = ("summary", "tables", "figures", "failures", "runs", "spec")
+    order = [html.index(f'<section id="{s}">') for s in sections]
+    assert order == sorted(order)
+    spec = html[html.index('<section id="spec">') :]
+    assert spec.index("<details>") < spec.index("&#34;rules&#34;") < spec.index("</details>")
+    summary = html[order[0] : order[1]]
+    assert "clean split" in summary  # the verdict first

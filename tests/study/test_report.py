@@ -22,6 +22,7 @@ from gaugelab.study.report import (
     Table,
     format_number,
     new_report_dir,
+    palette,
     plot_curves,
     plot_scatter,
     render_report,
@@ -294,3 +295,40 @@ def test_new_report_dirs_never_collide_within_a_second(tmp_path):
     assert re.fullmatch(r"\d{8}T\d{6}Z", folders[0].name)
     # the same second again gets -2, -3 (a slow machine may reach the next second instead)
     assert all(re.fullmatch(r"\d{8}T\d{6}Z(-[23])?", f.name) for f in folders)
+
+
+@pytest.mark.parametrize("study", ["../../x", "/abs/path", "..", ".", "a/b", "~user", "zoo\x00"])
+def test_a_study_name_is_one_safe_folder_inside_the_reports_parent(tmp_path, study):
+    parent = tmp_path / "reports"
+    folder = new_report_dir(parent, study=study)
+    assert folder.parent.parent == parent and folder.resolve().is_relative_to(parent.resolve())
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", folder.parent.name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
+    assert new_report_dir(parent, study="zoo-1").parent.name == "zoo-1"  # safe names stay
+
+
+def test_the_page_opens_with_the_results_and_ends_with_the_spec_collapsed(twins_figure):
+    page = render_report(_report(twins_figure))
+    sections = ("summary", "tables", "figures", "failures", "runs", "spec")
+    order = [page.index(f'<section id="{s}">') for s in sections]
+    assert order == sorted(order)
+    spec = page[order[-1] :]
+    assert spec.index("<details>") < spec.index("&#34;optimizers&#34;") < spec.index("</details>")
+    assert "<details open" not in page  # collapsed
+
+
+def test_palette_gives_distinct_stable_colours_and_plots_use_them():
+    labels = [f"rule{i}" for i in range(14)]
+    colours = palette(labels)
+    assert list(colours) == labels and len(set(colours.values())) == 14
+    assert palette(labels[:3]) == {k: colours[k] for k in labels[:3]}  # order-stable prefix
+    fig = plot_curves(
+        {"b": ([0, 1], [1, 2]), "a": ([0, 1], [2, 3])},
+        title="t",
+        xlabel="x",
+        ylabel="y",
+        hlines={"floor": 1.0},
+        colors={"a": "#123456", "floor": "#654321"},
+    )
+    got = {line.get_label(): line.get_color() for line in fig.axes[0].lines}
+    assert got["a"] == "#123456" and got["floor"] == "#654321" and got["b"] == "C0"
