@@ -12,6 +12,7 @@ from gaugelab.experiments import registry, zoo
 from gaugelab.experiments._sensing import SensingBatch
 from gaugelab.experiments._study import UNVERIFIED
 from gaugelab.experiments._training import train_rule
+from gaugelab.experiments.dial import DialSpec, run_dial
 from gaugelab.experiments.zoo import CONVEX, LearningRateGrids, ZooSpec, run_zoo
 from gaugelab.study import RunStore, StoreError, sweep
 from gaugelab.study.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
@@ -128,9 +129,14 @@ def _without_time(html: str) -> str:
     return re.sub(r"created \S+ ·", "created … ·", html)
 
 
-def test_report_study_writes_the_experiments_own_report_in_a_new_folder(tmp_path):
+TINY_DIAL = DialSpec(n=6, rank=2, seeds=(42,), steps=200, check_every=100, ps=(1.0, 0.0),
+                     lrs=(1e-2,), gd_lrs=(2e-2,))  # fmt: skip
+
+
+@pytest.mark.parametrize("spec, run", [(TINY, run_zoo), (TINY_DIAL, run_dial)], ids=["zoo", "dial"])
+def test_report_study_writes_the_experiments_own_report_in_a_new_folder(tmp_path, spec, run):
     store = tmp_path / "store.sqlite"
-    outcome = run_zoo(TINY, store=store)
+    outcome = run(spec, store=store)
     written = outcome.report.read_text(encoding="utf-8")
     with RunStore(store, create=False) as db:
         folders = [new_report_dir(tmp_path / "reports", study=outcome.study) for _ in range(2)]
@@ -138,6 +144,14 @@ def test_report_study_writes_the_experiments_own_report_in_a_new_folder(tmp_path
     assert paths[0].parent != paths[1].parent  # a new timestamped folder per call
     for path in paths:
         assert _without_time(path.read_text(encoding="utf-8")) == _without_time(written)
+
+
+def test_a_non_finite_initialisation_is_recorded_as_a_numerical_failure(tmp_path):
+    spec = TINY.model_copy(update={"init_scale": 1e200, "dtype": "float64"})
+    result = run_zoo(spec, store=tmp_path / "store.sqlite", write_report=False).result
+    assert {r.termination for r in result.failures} == {"numerical_failure"}
+    assert all("init_scale=1e+200" in r.message for r in result.failures)
+    assert not result.rows
 
 
 class _Run:
