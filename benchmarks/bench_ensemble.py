@@ -7,18 +7,18 @@ a small overhead-bound model (d_model 32, 128 equations) where batching should p
 timed with the eager vmap ensemble and with ``Ensemble(compile=True)``; everything runs under
 deterministic algorithms, as the twin protocol does. The first compiled call (compilation, tens
 of seconds the first time on a machine) is not timed. A second peer, the loop over
-``torch.compile``-d models, separates what batching gains from what compilation gains.
+``torch.compile``-d models, separates what batching gains from what compilation gains. Every
+side is warmed up and the four are timed interleaved (``gaugelab.cli.bench.time_calls``); the
+GFLOP/s are at the median time.
 """
 
 from __future__ import annotations
-
-import timeit
 
 import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from gaugelab.cli.bench import matmul_rate
+from gaugelab.cli.bench import matmul_rate, ratio_cell, time_calls
 from gaugelab.determinism import deterministic
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.tasks import ModularArithmetic
@@ -60,15 +60,12 @@ def _case(overrides: dict, n_examples: int, number: int, repeat: int):
         loop_step()
     steps = {"loop": loop_step, "compiled loop": lambda: loop_step(compiled)}
     steps |= {k: (lambda e=e: ensemble_step(e)) for k, e in ensembles.items()}
-    times = {}
-    for name, fn in steps.items():
-        fn()  # warm-up (compiles the compiled ensemble)
-        times[name] = min(timeit.repeat(fn, number=number, repeat=repeat)) / number
+    times = time_calls(steps, number=number, repeat=repeat)  # warm-up compiles
     return times, counter.get_total_flops()
 
 
 def run(*, quick: bool = False, progress=None) -> list[list]:
-    number, repeat = (2, 2) if quick else (5, 3)
+    number, repeat = (1, 3) if quick else (3, 5)
     task = progress.add_task("ensemble", total=len(CASES) + 1) if progress else None
     with deterministic():
         rate = matmul_rate(5 if quick else 20)
@@ -78,12 +75,12 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
         for label, overrides, n in CASES:
             times, flops = _case(overrides, n, number, repeat)
             for kind in ("vmap", "vmap + compile"):
-                gflops = flops / times[kind] / 1e9
+                gflops = flops / times[kind].median / 1e9
                 rows.append(
-                    [label, n, kind, f"{1e3 * times[kind]:.1f}", f"{1e3 * times['loop']:.1f}",
-                     f"{times['loop'] / times[kind]:.2f}×",
-                     f"{1e3 * times['compiled loop']:.1f}",
-                     f"{times['compiled loop'] / times[kind]:.2f}×", f"{gflops:.1f}",
+                    [label, n, kind, times[kind].cell(digits=1), times["loop"].cell(digits=1),
+                     ratio_cell(times["loop"], times[kind]),
+                     times["compiled loop"].cell(digits=1),
+                     ratio_cell(times["compiled loop"], times[kind]), f"{gflops:.1f}",
                      f"{gflops / rate:.0%} of {rate:.0f}"]
                 )  # fmt: skip
             if progress:

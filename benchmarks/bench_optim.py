@@ -2,15 +2,15 @@
 
 The peer is the per-run loop the reference scripts use: one optimizer per run, stepped one
 after another. Both sides step the same 40 × 40 factor pairs with fixed gradients; the ratio is
-loop time / ensemble time (higher is better; target ≥ 3 at E = 8).
+loop time / ensemble time (higher is better; target ≥ 3 at E = 8). Both are warmed up (the
+first step creates the state) and timed interleaved (``gaugelab.cli.bench.time_calls``).
 """
 
 from __future__ import annotations
 
-import timeit
-
 import torch
 
+from gaugelab.cli.bench import ratio_cell, time_calls
 from gaugelab.optim import OPTIMIZERS, make_optimizer
 
 TITLE = "optimizer step: E = 8 ensemble vs 8 separate optimizers (40 × 40 factors, float32)"
@@ -41,21 +41,20 @@ def _loop(name: str, grads: list[torch.Tensor]):
     return step_all
 
 
-def _time(fn, number: int, repeat: int) -> float:
-    fn()  # warm-up: creates the state
-    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number
-
-
 def run(*, quick: bool = False, progress=None) -> list[list]:
-    number, repeat = (20, 3) if quick else (60, 5)
+    number, repeat = (10, 5) if quick else (30, 7)
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(MEMBERS, N, K, generator=gen) for _ in range(2)]
     task = progress.add_task("optim", total=len(OPTIMIZERS)) if progress else None
     rows = []
     for name in OPTIMIZERS:
-        ensemble = _time(_ensemble(name, grads), number, repeat)
-        loop = _time(_loop(name, grads), number, repeat)
-        rows.append([name, f"{1e3 * ensemble:.3f}", f"{1e3 * loop:.3f}", f"{loop / ensemble:.1f}×"])
+        t = time_calls(
+            {"ensemble": _ensemble(name, grads), "loop": _loop(name, grads)},
+            number=number,
+            repeat=repeat,
+        )
+        rows.append([name, t["ensemble"].cell(), t["loop"].cell(),
+                     ratio_cell(t["loop"], t["ensemble"])])  # fmt: skip
         if progress:
             progress.advance(task)
     return rows

@@ -13,11 +13,16 @@ included) shows how much of the rest is the import.
 ``RunStore.log_metrics`` (one step of 10 metrics per call, i.e. 10 rows per transaction),
 against one process writing the same ``4 R`` rows the same way (the peer). Times run from a
 barrier that every writer passes after opening the store to the last writer's end.
+
+Every measurement is repeated, the sides interleaved round by round
+(``gaugelab.cli.bench.time_calls``), each round on fresh stores; cells are medians with the
+range over the rounds, the in-process ``execute_run`` time the median over its runs.
 """
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 import sys
 import tempfile
@@ -33,6 +38,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)  # spawned workers import this file as `bench_sweep`
 
+from gaugelab.cli.bench import Timing, ratio_cell, time_calls  # noqa: E402
 from gaugelab.study.runner import execute_run, spec_reference  # noqa: E402
 from gaugelab.study.spec import ExperimentSpec, Manifest  # noqa: E402
 from gaugelab.study.store import RunStore  # noqa: E402
@@ -100,15 +106,18 @@ def _harness(sweep: Sweep, path: Path) -> float:
     return elapsed
 
 
-def _execute_in_process(sweep: Sweep, path: Path, count: int) -> float:
-    """Seconds per run of ``execute_run`` called in this process on runs registered at ``path``
-    (a worker's per-run work without dispatch: open the store, attempt, log, end, close)."""
+def _execute_in_process(sweep: Sweep, path: Path, count: int) -> Timing:
+    """Seconds of ``execute_run`` called in this process, one sample per run registered at
+    ``path`` (a worker's per-run work without dispatch: open the store, attempt, log, end,
+    close); the first run is a warm-up."""
     specs = sweep.specs()[:count]
     execute_run(str(path), specs[0].identity(), *spec_reference(specs[0]))  # warm-up
-    start = time.perf_counter()
+    samples = []
     for spec in specs[1:]:
+        start = time.perf_counter()
         execute_run(str(path), spec.identity(), *spec_reference(spec))
-    return (time.perf_counter() - start) / (len(specs) - 1)
+        samples.append(time.perf_counter() - start)
+    return Timing(tuple(samples))
 
 
 def _main_script() -> str:
@@ -132,9 +141,9 @@ def _writer(path: str, attempt_id: int, rows: int, barrier, results) -> None:
     store.close()
 
 
-def _throughput(module, directory: Path, writers: int, rows: int) -> float:
-    """rows/s of ``writers`` processes writing ``rows`` rows each into one fresh store."""
-    path = directory / f"writes-{writers}.sqlite"
+def _writes(module, path: Path, writers: int, rows: int) -> float:
+    """Seconds for ``writers`` processes to write ``rows`` rows each into a fresh store at
+    ``path``, from the barrier after every writer opened it to the last writer's end."""
     with RunStore(path) as db:
         attempts = []
         for i in range(writers):
@@ -154,48 +163,68 @@ def _throughput(module, directory: Path, writers: int, rows: int) -> float:
         p.join()
         if p.exitcode != 0:
             raise RuntimeError(f"bench sweep: a writer exited with code {p.exitcode}")
-    elapsed = max(end for _, end in times) - min(start for start, _ in times)
-    return writers * (rows // BATCH) * BATCH / elapsed
+    return max(end for _, end in times) - min(start for start, _ in times)
+
+
+def _rate(rows: int, elapsed: Timing) -> str:
+    """rows/s at the median time [at the slowest – at the fastest round]."""
+    return f"{rows / elapsed.median:,.0f} [{rows / elapsed.high:,.0f}–{rows / elapsed.low:,.0f}]"
 
 
 def run(*, quick: bool = False, progress=None) -> list[list]:
-    n, rows = (50, 1000) if quick else (200, 5000)
+    n, rows, repeat = (50, 1000, 3) if quick else (200, 5000, 5)
+    warmup = 0 if quick else 1  # quick: the median of 3 already drops a cold first pool start
     module = _importable()
     sweep = Sweep(module.TrivialSpec(), grid={"index": list(range(n))}, name="bench-sweep")
-    task = progress.add_task("sweep", total=7) if progress else None
+    task = progress.add_task("sweep", total=2 * (repeat + warmup) + 1) if progress else None
 
     def step():
         if progress:
             progress.advance(task)
 
     with tempfile.TemporaryDirectory(prefix="gaugelab-bench-") as tmp:
-        directory = Path(tmp)
-        bare = _bare(n)
+        directory, fresh = Path(tmp), itertools.count()
+
+        def store(kind: str) -> Path:
+            return directory / f"{kind}-{next(fresh)}.sqlite"
+
+        pools = time_calls(
+            {
+                "harness": lambda: _harness(sweep, store("sweep")),
+                "bare": lambda: _bare(n),
+                "imported": lambda: _bare(n, importlib.import_module, ("gaugelab.study.runner",)),
+                "registration": lambda: _registration(sweep, store("register")),
+            },
+            number=1,
+            repeat=repeat,
+            warmup=warmup,
+            progress=step,
+        )
+        registered = store("register")
+        _registration(sweep, registered)
+        per_run = _execute_in_process(sweep, registered, min(n, 50))
         step()
-        harness = _harness(sweep, directory / "sweep.sqlite")
-        step()
-        registration = _registration(sweep, directory / "register.sqlite")
-        step()
-        per_run = _execute_in_process(sweep, directory / "register.sqlite", min(n, 50))
-        step()
-        imported = _bare(n, importlib.import_module, ("gaugelab.study.runner",))
-        step()
-        concurrent = _throughput(module, directory, WRITERS, rows)
-        step()
-        single = _throughput(module, directory, 1, WRITERS * rows)
-        step()
+        writes: dict[str, list[float]] = {"concurrent": [], "single": []}
+        for _ in range(warmup + repeat):  # the two sides interleaved, round by round
+            writes["concurrent"].append(_writes(module, store("writes"), WRITERS, rows))
+            writes["single"].append(_writes(module, store("writes"), 1, WRITERS * rows))
+            step()
+    harness, bare, imported = pools["harness"], pools["bare"], pools["imported"]
+    registration = pools["registration"]
+    rest = Timing(tuple(h - r for h, r in zip(harness.samples, registration.samples,
+                                               strict=True)))  # fmt: skip
+    concurrent, single = (Timing(tuple(v[warmup:])) for v in writes.values())
+    total = WRITERS * (rows // BATCH) * BATCH
     return [
-        [f"{n} trivial runs, {WORKERS} workers (s)", f"{harness:.2f}", f"{bare:.2f}",
-         f"{harness / bare:.1f}× (target ≤ 1.5×)"],
-        ["  per run (ms)", f"{1e3 * harness / n:.1f}", f"{1e3 * bare / n:.1f}", ""],
-        ["  registration: hash, manifest, store (s)", f"{registration:.2f}", "", ""],
-        ["  rest: pool, imports, attempts, writes (s)",
-         f"{harness - registration:.2f}", "", ""],
-        ["  peer + workers import gaugelab.study (s)", f"{harness:.2f}",
-         f"{imported:.2f}", f"{harness / imported:.1f}×"],
-        ["  execute_run in-process (ms/run)", f"{1e3 * per_run:.1f}",
-         "", ""],
+        [f"{n} trivial runs, {WORKERS} workers (s)", harness.cell(1, 2), bare.cell(1, 2),
+         ratio_cell(harness, bare) + " (target ≤ 1.5×)"],
+        ["  per run (ms)", f"{1e3 * harness.median / n:.1f}", f"{1e3 * bare.median / n:.1f}", ""],
+        ["  registration: hash, manifest, store (s)", registration.cell(1, 2), "", ""],
+        ["  rest: pool, imports, attempts, writes (s)", rest.cell(1, 2), "", ""],
+        ["  peer + workers import gaugelab.study (s)", harness.cell(1, 2),
+         imported.cell(1, 2), ratio_cell(harness, imported)],
+        ["  execute_run in-process (ms/run)", per_run.cell(digits=1), "", ""],
         ["  every spawned worker first imports", _main_script(), "", ""],
-        [f"metric rows/s: {WRITERS} writers vs 1 ({WRITERS * rows} rows)",
-         f"{concurrent:,.0f}", f"{single:,.0f}", f"{concurrent / single:.2f}×"],
+        [f"metric rows/s: {WRITERS} writers vs 1 ({total} rows)",
+         _rate(total, concurrent), _rate(total, single), ratio_cell(single, concurrent)],
     ]  # fmt: skip

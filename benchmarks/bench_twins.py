@@ -4,18 +4,18 @@ The peer is the reference approach: separate models (and optimizers) stepped one
 other. Both do forward, backward and an Adam step of the PROTOCOLS §5 model on the 883 mod-47
 training equations, under deterministic algorithms as ``run_twins`` does. The ensemble is timed
 eager (the default) and compiled (``gaugelab twins --compile``). Reported: the ratio (target
-≥ 1.0: the work is compute-bound at this size), and the ensemble's achieved GFLOP/s against
-this machine's fp32 matmul rate measured in the same run (target ≥ 40%).
+≥ 1.0: the work is compute-bound at this size), and the ensemble's achieved GFLOP/s (at its
+median time) against this machine's fp32 matmul rate measured in the same run (target ≥ 40%).
+Every side is warmed up (compilation included) and the three are timed interleaved
+(``gaugelab.cli.bench.time_calls``).
 """
 
 from __future__ import annotations
 
-import timeit
-
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from gaugelab.cli.bench import matmul_rate
+from gaugelab.cli.bench import matmul_rate, ratio_cell, time_calls
 from gaugelab.determinism import deterministic
 from gaugelab.experiments.twins import TwinSpec, build_members
 from gaugelab.models import Ensemble
@@ -30,8 +30,8 @@ KINDS = {"vmap": False, "vmap + compile": True}
 
 
 def run(*, quick: bool = False, progress=None) -> list[list]:
-    number, repeat = (2, 2) if quick else (5, 3)
-    task = progress.add_task("twins", total=len(KINDS) + 2) if progress else None
+    number, repeat = (1, 3) if quick else (3, 5)
+    task = progress.add_task("twins", total=repeat + 1) if progress else None
     data = ModularArithmetic()
     x, y = data.train_inputs, data.train_labels
     members, _ = build_members(TwinSpec())
@@ -61,20 +61,20 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
             alternating_step()
         flops = counter.get_total_flops()
         rate = matmul_rate(5 if quick else 20)
-        times = {}
-        for name, fn in steps.items():
-            fn()  # warm-up (compiles the compiled ensemble)
-            times[name] = min(timeit.repeat(fn, number=number, repeat=repeat)) / number
-            if progress:
-                progress.advance(task)
+        if progress:
+            progress.advance(task)
+        times = time_calls(
+            steps,  # warm-up compiles the compiled ensemble
+            number=number,
+            repeat=repeat,
+            progress=(lambda: progress.advance(task)) if progress else None,
+        )
     rows = []
     for kind in KINDS:
-        achieved = flops / times[kind] / 1e9
+        achieved = flops / times[kind].median / 1e9
         rows.append([
-            kind, f"{1e3 * times[kind]:.0f}", f"{1e3 * times['alternating']:.0f}",
-            f"{times['alternating'] / times[kind]:.2f}×", f"{flops / 1e9:.2f}",
+            kind, times[kind].cell(digits=0), times["alternating"].cell(digits=0),
+            ratio_cell(times["alternating"], times[kind]), f"{flops / 1e9:.2f}",
             f"{achieved:.1f}", f"{achieved / rate:.0%} of {rate:.0f}",
         ])  # fmt: skip
-    if progress:
-        progress.advance(task)
     return rows

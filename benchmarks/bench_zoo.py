@@ -9,7 +9,10 @@ zoo with one worker process per core (1 thread each, one rule per task) — how 
 --workers N`` runs it. Both sides run the PROTOCOLS §3 problem (n = 40, 3 seeds, each rule's
 grid, float32) for a few hundred steps in this run; per-step times are extrapolated to the full
 zoo (20,000 steps per member, no early stopping: an upper bound for both sides). Target: the
-full-zoo ratio ≥ 4.
+full-zoo ratio ≥ 4. Each rule's two sides are timed interleaved, round by round, after a
+warm-up (``gaugelab.cli.bench.time_calls``); the whole-zoo rows add the rules' times round by
+round. Both sides run with the torch threads ``gaugelab bench --threads`` pins (1 by default,
+as ``gaugelab zoo`` runs each worker).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 
 import torch
 
+from gaugelab.cli.bench import Timing, ratio_cell, time_calls
 from gaugelab.experiments._sensing import SensingBatch
 from gaugelab.experiments._training import train_rule
 from gaugelab.experiments.zoo import ZooSpec, run_zoo
@@ -69,7 +73,7 @@ def _batched(spec: ZooSpec, rule: str, lrs, decay: bool, steps: int) -> float:
     return time.perf_counter() - start
 
 
-def _study_wall(steps: int, workers: int, folder: str) -> float:
+def _study_wall(steps: int, workers: int, folder: str, threads: int) -> float:
     """Wall seconds of ``run_zoo`` (no convex row, no interpolation checks) on ``workers``."""
     spec = ZooSpec(steps=steps, check_every=10**9, convex=False)
     start = time.perf_counter()
@@ -77,6 +81,7 @@ def _study_wall(steps: int, workers: int, folder: str) -> float:
         spec,
         store=os.path.join(folder, f"store-{steps}.sqlite"),
         max_workers=workers,
+        threads=threads,
         write_report=False,
     )
     return time.perf_counter() - start
@@ -85,73 +90,57 @@ def _study_wall(steps: int, workers: int, folder: str) -> float:
 def _workers(steps: int, workers: int) -> float:
     """Seconds per step of the whole zoo run as ``gaugelab zoo --workers N`` runs it: the slope
     between ``steps`` and ``2·steps`` (process start, imports and the store cancel out)."""
+    threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as folder:
-        short = _study_wall(steps, workers, folder)
-        long = _study_wall(2 * steps, workers, folder)
+        short = _study_wall(steps, workers, folder, threads)
+        long = _study_wall(2 * steps, workers, folder, threads)
     return (long - short) / steps
 
 
+def _total(timings: list[Timing], scale: float) -> Timing:
+    """The rules' times added round by round, times ``scale``."""
+    return Timing(tuple(scale * sum(r) for r in zip(*(t.samples for t in timings), strict=True)))
+
+
 def run(*, quick: bool = False, progress=None) -> list[list]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # both sides; stable on a shared machine (no OpenMP stalls)
-    try:
-        return _run(quick, progress)
-    finally:
-        torch.set_num_threads(before)
-
-
-def _run(quick: bool, progress) -> list[list]:
     spec = ZooSpec()
-    steps = 60 if quick else 300
+    steps, repeat = (40, 3) if quick else (200, 3)
     workers = max(1, os.cpu_count() or 1)
-    task = progress.add_task("zoo", total=len(spec.rules) + 1) if progress else None
-    rows, total_b, total_l = [], 0.0, 0.0
+    task = progress.add_task("zoo", total=len(spec.rules) + repeat) if progress else None
+    rows, batched_all, loop_all = [], [], []
+    full = spec.steps / 60  # seconds per step → minutes for the full budget
     for rule in spec.rules:
         lrs = spec.lr_grids.grid(rule)
         decay = spec.decays(rule, spec.decayed)
         _batched(spec, rule, lrs, decay, 5)  # warm-up
-        batched = _batched(spec, rule, lrs, decay, steps) / steps
-        loop = _loop(spec, rule, lrs, decay, steps) / steps
-        full_b, full_l = batched * spec.steps / 60, loop * spec.steps / 60
-        total_b, total_l = total_b + full_b, total_l + full_l
+        _loop(spec, rule, lrs, decay, 5)
+        t = time_calls(
+            {"batched": lambda: _batched(spec, rule, lrs, decay, steps),  # noqa: B023
+             "loop": lambda: _loop(spec, rule, lrs, decay, steps)},  # noqa: B023
+            number=1,
+            repeat=repeat,
+            warmup=0,
+        )  # fmt: skip
+        batched, loop = (_total([t[k]], 1 / steps) for k in ("batched", "loop"))  # s/step
+        batched_all.append(batched)
+        loop_all.append(loop)
         members = len(spec.seeds) * len(lrs)
-        rows.append(
-            [
-                rule,
-                members,
-                f"{1e3 * batched:.2f}",
-                f"{1e3 * loop:.2f}",
-                f"{loop / batched:.1f}×",
-                f"{full_b:.1f}",
-                f"{full_l:.1f}",
-            ]
-        )
+        rows.append([rule, members, batched.cell(), loop.cell(), ratio_cell(loop, batched),
+                     f"{full * batched.median:.1f}", f"{full * loop.median:.1f}"])  # fmt: skip
         if progress:
             progress.advance(task)
-    rows.append(
-        [
-            "full zoo, one process",
-            "",
-            "",
-            "",
-            f"{total_l / total_b:.1f}×",
-            f"{total_b:.1f}",
-            f"{total_l:.1f}",
-        ]
-    )
-    parallel = _workers(steps, workers) * spec.steps / 60
-    if progress:
-        progress.advance(task)
-    rows.append(
-        [
-            f"full zoo, gaugelab zoo --workers {workers}",
-            "",
-            "",
-            "",
-            f"{total_l / parallel:.1f}×",
-            f"{parallel:.1f}",
-            f"{total_l:.1f}",
-        ]
-    )
-    rows.append(["one thread per process on both sides", "", "", "", "", "", ""])
+    total_b, total_l = _total(batched_all, full), _total(loop_all, full)  # minutes
+    rows.append(["full zoo, one process", "", "", "", ratio_cell(total_l, total_b),
+                 total_b.cell(1, 1), total_l.cell(1, 1)])  # fmt: skip
+    parallel = []
+    for _ in range(repeat):
+        parallel.append(_workers(steps, workers) * full)
+        if progress:
+            progress.advance(task)
+    wall = Timing(tuple(parallel))
+    rows.append([f"full zoo, gaugelab zoo --workers {workers}", "", "", "",
+                 ratio_cell(total_l, wall), wall.cell(1, 1), total_l.cell(1, 1)])  # fmt: skip
+    threads = torch.get_num_threads()
+    rows.append([f"{threads} torch thread{'s' if threads > 1 else ''} per process on both sides",
+                 "", "", "", "", "", ""])  # fmt: skip
     return rows
