@@ -40,6 +40,8 @@ from gaugelab.models.ensemble import Ensemble
 
 __all__ = [
     "INITS",
+    "MERGED",
+    "UNMERGED",
     "FactorRecord",
     "LoRALinear",
     "inject_lora",
