@@ -185,6 +185,9 @@ class LoRALinear(nn.Module):
         While merged the factors take no part in the forward pass (they get no gradient). The
         merged weight preserves the function but not the factor gauge or the optimizer moments
         of A and B (seed §0x08K); this layer keeps A and B, so :meth:`unmerge` can undo it.
+        The merged state lives in the record, not in ``state_dict()``: a state dict saved while
+        merged holds ``W + s·B A`` beside A and B, and loading it into an unmerged layer counts
+        the update twice — unmerge first, or save the adapter (:class:`gaugelab.adapters.Adapter`).
 
         Raises:
             ValueError: the layer is already merged.
