@@ -55,9 +55,11 @@ def test_bad_input_gives_one_line_errors_and_exit_code_2():
         (("check", "adam", "--opt", "lr=-1"), "lr=-1"),
         (("check", "adam", "--opt", "foo=1"), "unknown hyperparameter"),
         (("check", "adam", "--opt", "lr"), "KEY=VALUE"),
-        (("check", "adam", "--group", "bogus"), "group='bogus'"),
-        (("check", "adam", "--problem", "bogus"), "problem='bogus'"),
-        (("check", "adam", "--steps", "0"), "steps=0"),
+        (("check", "adam", "--group", "bogus"), "error: --group 'bogus'; allowed: general-linear"),
+        (("check", "adam", "--problem", "bogus"), "error: --problem 'bogus'; allowed: sensing"),
+        (("check", "adam", "--steps", "0"), "error: --steps 0; allowed: an integer >= 1"),
+        (("check", "adam", "--steps", "-1"), "error: --steps -1; allowed: an integer >= 1"),
+        (("check", "adam", "--draws", "0"), "error: --draws 0; allowed: an integer >= 1"),
         (("check", "adam", "--dtype", "float16"), "--dtype 'float16'"),
         (("check", "no.such:Thing"), "cannot import module"),
         (("check", "gd", "--opt", "lr=1e6"), "diverged"),
@@ -68,3 +70,46 @@ def test_bad_input_gives_one_line_errors_and_exit_code_2():
         assert result.exit_code == 2, (args, result.output)
         assert fragment in result.output, (args, result.output)
         assert "Traceback" not in result.output
+        assert "check_equivariance" not in result.output  # the option, not the function
+
+
+def test_version_is_the_installed_package_version():
+    from importlib.metadata import version
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output == f"gaugelab {version('gaugelab')}\n"
+
+
+def test_ctrl_c_during_check_prints_interrupted_and_exits_130(monkeypatch):
+    import gaugelab.cli.check
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gaugelab.cli.check, "check_equivariance", interrupt)
+    result = invoke("check", "adam")
+    assert result.exit_code == 130, result.output
+    assert result.stderr == "interrupted\n" and "Traceback" not in result.output
+
+
+def test_a_long_check_prints_progress_lines_when_piped(monkeypatch):
+    import time
+
+    import gaugelab.cli._console
+    import gaugelab.cli.check
+
+    monkeypatch.setattr(gaugelab.cli._console, "PROGRESS_INTERVAL", 0.05)
+    real = gaugelab.cli.check.check_equivariance
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gaugelab.cli.check, "check_equivariance", slow)
+    result = invoke("check", "scalar-adam", "--steps", "2", "--draws", "1", "--json")
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)  # stdout holds the report only
+    lines = result.stderr.splitlines()
+    assert len(lines) >= 2, result.stderr
+    assert all(line.startswith("check: twins of scalar-adam under orthogonal on sensing: 00:0")
+               for line in lines), lines  # fmt: skip

@@ -1,8 +1,10 @@
 """Tests for `gaugelab runs list/show/export` and `gaugelab report` (gaugelab.cli.runs)."""
 
 import csv
+import errno
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "study"))  # the toy spec of the study tests
 
+from rich.cells import cell_len
 from toy import ToySpec
 
 from gaugelab.cli.runs import register
@@ -156,9 +159,12 @@ def test_errors_are_one_line_with_exit_code_2(store_path, tmp_path):
     not_a_store.write_text("hello")
     cases = [
         (("runs", "show", "abcdef", "--store", store_path), "no run"),
-        (("runs", "show", "xyz", "--store", store_path), "identity prefix"),
-        (("runs", "list", "--study", "nope", "--store", store_path), "unknown study 'nope'"),
-        (("report", "nope", "--store", store_path), "unknown study 'nope'"),
+        (("runs", "show", "xyz", "--store", store_path), "RUN 'xyz'; allowed: 4 to 64"),
+        (("runs", "show", "abc", "--store", store_path), "RUN 'abc'; allowed: 4 to 64"),
+        (("runs", "show", "abcd", "--store", store_path), "RUN abcd: no run in"),
+        (("runs", "list", "--study", "nope", "--store", store_path), "--study 'nope': no such"),
+        (("runs", "export", "--study", "nope", "--store", store_path), "--study 'nope': no such"),
+        (("report", "nope", "--store", store_path), "STUDY 'nope': no such study"),
         (("runs", "export", "--format", "xml", "--store", store_path), "--format 'xml'"),
         (("runs", "list", "--store", missing), "no run store"),
         (("report", STUDY, "--store", missing), "no run store"),
@@ -183,3 +189,103 @@ def test_an_ambiguous_prefix_lists_the_candidates(tmp_path):
     assert result.exit_code == 2 and "ambiguous" in result.stderr
     assert a.identity()[:12] in result.stderr and b.identity()[:12] in result.stderr
     assert invoke("runs", "show", a.identity()[:12], "--store", path).exit_code == 0
+
+
+@pytest.fixture(scope="module")
+def experiments_store(tmp_path_factory):
+    """A store holding (registered, not trained) runs of a zoo, a dial and a twin study."""
+    from gaugelab.experiments import dial, twins, zoo
+
+    path = tmp_path_factory.mktemp("experiments") / "store.sqlite"
+    sweeps = [
+        zoo.plan(zoo.ZooSpec(n=8, rank=2, steps=10, seeds=(1,), rules=("gd", "scalar-adam"))),
+        dial.plan(dial.DialSpec(n=8, rank=2, steps=10, seeds=(1,), ps=(1.0, 0.5))),
+        twins.plan(["muon-hybrid"], base=twins.TwinSpec(steps=2, checkpoints=())),
+    ]
+    with RunStore(path) as store:
+        for sweep in sweeps:
+            store.add_study(sweep.study, sweep.spec)
+            for spec in sweep.specs():
+                store.register_run(Manifest.for_spec(spec), study=sweep.study)
+    return path
+
+
+TRAINS = ("gd", "scalar-adam", "nuclear-norm", "adam-p@1", "adam-p@0.5", "muon-hybrid")
+
+
+def test_list_shows_each_runs_experiment_and_what_it_trains(experiments_store):
+    result = invoke("runs", "list", "--store", experiments_store)
+    assert result.exit_code == 0, result.output
+    rows = sorted((line.split("│")[2].strip(), line.split("│")[3].strip())
+                  for line in result.output.splitlines() if line.startswith("│"))  # fmt: skip
+    assert rows == [("dial", "adam-p@0.5"), ("dial", "adam-p@1"), ("dial", "gd"),
+                    ("twins", "muon-hybrid"), ("zoo", "gd"), ("zoo", "nuclear-norm"),
+                    ("zoo", "scalar-adam")]  # fmt: skip
+
+
+def test_list_fits_80_columns_without_breaking_a_rule_name(experiments_store):
+    result = runner.invoke(app, ["runs", "list", "--store", str(experiments_store)],
+                           env={"COLUMNS": "80"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(cell_len(line) for line in lines) <= 80, result.output
+    cells = {cell.strip() for line in lines for cell in line.split("│")}
+    assert set(TRAINS) <= cells, result.output  # each whole, in one cell
+    with RunStore(experiments_store, create=False) as db:
+        for run in db.runs():
+            assert sum(run.identity[:12] in line for line in lines) >= 1
+
+
+def test_show_accepts_an_unambiguous_prefix_of_4_characters(experiments_store):
+    with RunStore(experiments_store, create=False) as db:
+        identities = [run.identity for run in db.runs()]
+    unique = next(i for i in identities if sum(j.startswith(i[:4]) for j in identities) == 1)
+    result = invoke("runs", "show", unique[:4], "--store", experiments_store)
+    assert result.exit_code == 0, result.output
+    assert f"run {unique}" in result.output
+
+
+def test_report_out_under_a_regular_file_is_one_line_naming_the_option(store_path, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out in (blocker, blocker / "report"):
+        result = invoke("report", STUDY, "--store", store_path, "--out", out)
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"error: --out {out}"), result.stderr
+        assert "is a regular file, not a folder" in result.stderr
+        assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (errno.ENOSPC, "no space left on the device; free space (or choose another --out)"),
+        (errno.EACCES, "permission denied; make it writable or choose another --out"),
+        (errno.EROFS, "read-only file system; make it writable or choose another --out"),
+    ],
+    ids=["disk-full", "permission", "read-only"],
+)
+def test_a_failure_of_the_machine_while_writing_a_report_is_one_line(
+    store_path, tmp_path, monkeypatch, error, message
+):
+    import gaugelab.cli.runs
+
+    def refuse(store, study, folder):
+        raise OSError(error, os.strerror(error), str(Path(folder) / "figure.png"))
+
+    monkeypatch.setattr(gaugelab.cli.runs, "report_study", refuse)
+    out = tmp_path / "r"
+    result = invoke("report", STUDY, "--store", store_path, "--out", out)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {out / 'figure.png'}: {message}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_ctrl_c_while_listing_prints_interrupted_and_exits_130(store_path, monkeypatch):
+    def interrupt(self, study=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunStore, "runs", interrupt)
+    result = invoke("runs", "list", "--store", store_path)
+    assert result.exit_code == 130 and result.stderr == "interrupted\n", result.output

@@ -1,23 +1,39 @@
-"""The console every command prints to: wide tables, a run bar, a study's outcome."""
+"""The console every command prints to: tables that fit it, progress, a study's outcome.
+
+Progress goes to the terminal as rich bars (runs, and the steps of the runs executing) or a
+spinner; when stdout is not a terminal (piped, redirected) the bars are replaced by one line
+on stderr every :data:`PROGRESS_INTERVAL` seconds — ``twin runs: 2/4 runs, adam 300/1500
+steps, 00:41`` — so a log shows the work moving and stdout holds only the results.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import numbers
 import os
+import sqlite3
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from rich.console import Console
+import typer
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from gaugelab.cli._errors import fail
+from gaugelab.cli._errors import RESUME, check_location, environment_message, fail, interrupted
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._study import StudyOutcome
 from gaugelab.study.report import Table, format_number
 from gaugelab.study.store import RunStore, StoreError
+
+PROGRESS_INTERVAL = 5.0
+"""Seconds between two progress lines when stdout is not a terminal."""
 
 
 def wide_console() -> Console:
@@ -27,15 +43,99 @@ def wide_console() -> Console:
     return Console(width=200 if wide else None)
 
 
-def rich_table(table: Table, *, label_columns: int = 0) -> RichTable:
-    """A report table for the terminal: cells through ``format_number``, as plain text (never
-    rich markup); the first ``label_columns`` columns left-aligned, the rest right-aligned."""
-    out = RichTable(title=table.title, caption=table.caption or None)
-    for i, column in enumerate(table.columns):
-        out.add_column(column, justify="left" if i < label_columns else "right", overflow="fold")
-    for row in table.rows:
-        out.add_row(*(Text(format_number(cell)) for cell in row))
-    return out
+class FittedTable:
+    """A report table that fits the console it is printed on, without breaking a value.
+
+    Title, headers and cells (through ``format_number``) are plain text, never rich markup.
+    Columns of numbers are right-aligned, the others left-aligned; the cells of the first
+    ``label_columns`` (rule, twin, …) are never wrapped. Headers and cells with spaces may wrap
+    between words; rule names and numbers never break. When the columns do not fit side by
+    side even so, the table is printed as several tables, each repeating the label columns
+    (at least the first column) with as many others as fit.
+    """
+
+    def __init__(self, table: Table, *, label_columns: int = 0) -> None:
+        self.table = table
+        self.label_columns = label_columns
+        self._cells = [[format_number(cell) for cell in row] for row in table.rows]
+        self._numeric = [
+            all(c is None or (isinstance(c, numbers.Real) and not isinstance(c, bool))
+                for c in column)
+            for column in zip(*table.rows, strict=True)
+        ] or [False] * len(table.columns)  # fmt: skip
+
+    def _widths(self, i: int) -> tuple[int, int]:
+        """Column ``i``'s (narrowest, natural) width: its longest word and its longest text."""
+        texts = [self.table.columns[i], *(row[i] for row in self._cells)]
+        words = [w for text in texts for w in text.split()] or [""]
+        label = i < self.label_columns  # a label cell is never wrapped, its header may be
+        narrow = max(cell_len(w) for w in (texts[1:] if label else []) + words)
+        return max(narrow, 1), max(max(cell_len(t) for t in texts), 1)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        n = len(self.table.columns)
+        if n == 0:
+            yield RichTable(title=self.table.title)
+            return
+        sizes = [self._widths(i) for i in range(n)]
+        keep = list(range(min(max(self.label_columns, 1), n)))
+
+        def fits(columns: list[int]) -> bool:
+            return sum(sizes[i][0] for i in columns) + 3 * len(columns) + 1 <= width
+
+        chunks: list[list[int]] = [[]]
+        for i in range(len(keep), n):
+            if chunks[-1] and not fits(keep + chunks[-1] + [i]):
+                chunks.append([])
+            chunks[-1].append(i)
+        for k, chunk in enumerate(chunks):
+            columns = keep + chunk
+            title = self.table.title
+            if k > 0 and title:
+                title = f"{title} (continued)"
+            caption = (self.table.caption or None) if k == len(chunks) - 1 else None
+            yield self._render(columns, self._fit([sizes[i] for i in columns], width), title,
+                               caption)  # fmt: skip
+
+    @staticmethod
+    def _fit(sizes: list[tuple[int, int]], width: int) -> list[int] | None:
+        """Column widths that fill at most ``width``: the natural ones when they fit (None),
+        else the widest columns narrowed first, never below their longest word."""
+        widths = [natural for _, natural in sizes]
+        excess = sum(widths) + 3 * len(widths) + 1 - width
+        if excess <= 0:
+            return None
+        while excess > 0:
+            room = [i for i, w in enumerate(widths) if w > sizes[i][0]]
+            if not room:
+                break
+            widest = max(room, key=lambda i: widths[i])
+            widths[widest] -= 1
+            excess -= 1
+        return widths
+
+    def _render(
+        self, columns: list[int], widths: list[int] | None, title: str, caption: str | None
+    ) -> RichTable:
+        out = RichTable(title=Text(title) if title else None,
+                        caption=Text(caption) if caption else None)  # fmt: skip
+        for j, i in enumerate(columns):
+            label = i < self.label_columns  # its width holds its longest cell: never wrapped
+            out.add_column(
+                Text(self.table.columns[i]),
+                justify="right" if self._numeric[i] and not label else "left",
+                overflow="fold",
+                width=None if widths is None else widths[j],
+            )
+        for row in self._cells:
+            out.add_row(*(Text(row[i]) for i in columns))
+        return out
+
+
+def rich_table(table: Table, *, label_columns: int = 0) -> FittedTable:
+    """A report table for the terminal, fitted to its width (:class:`FittedTable`)."""
+    return FittedTable(table, label_columns=label_columns)
 
 
 def failure_line(identity: str, termination: str, message: str, what: str = "") -> Text:
@@ -46,15 +146,17 @@ def failure_line(identity: str, termination: str, message: str, what: str = "") 
 
 class RunBars:
     """Progress callbacks for :func:`gaugelab.experiments._study.run_experiment`: ``runs``
-    (a study's runs) and ``steps`` (the steps of the run executing in this process)."""
+    (a study's runs) and ``steps`` (the steps of the runs executing), as rich bars."""
 
     def __init__(self, bar: Progress, description: str) -> None:
         self._bar = bar
         self._runs = bar.add_task(description, total=None, unit="runs")
         self._steps: dict[str, Any] = {}
+        self.done, self.total = 0, None
 
     def runs(self, done: int, total: int) -> None:
         """``progress(done, total)`` for ``run_sweep``."""
+        self.done, self.total = done, total
         self._bar.update(self._runs, completed=done, total=total)
 
     def steps(self, label: str, step: int, total: int) -> None:
@@ -64,9 +166,75 @@ class RunBars:
         self._bar.update(self._steps[label], completed=step, total=total)
 
 
+def _elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
+class LineProgress:
+    """The same callbacks as :class:`RunBars`, printed as one line on stderr every
+    :data:`PROGRESS_INTERVAL` seconds (and a last one at the end, if any was printed):
+    ``<description>: 2/4 runs, adam 300/1500 steps, 00:41``. Without runs or steps (a single
+    long computation) the line is ``<description>: 00:41``."""
+
+    def __init__(self, description: str, interval: float | None = None) -> None:
+        self.description = description
+        self.done, self.total = 0, None
+        self._steps: dict[str, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._start = time.monotonic()
+        self._interval = PROGRESS_INTERVAL if interval is None else interval
+        self._stopped = threading.Event()
+        self._printed = False
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def runs(self, done: int, total: int) -> None:
+        """``progress(done, total)`` for ``run_sweep``."""
+        with self._lock:
+            self.done, self.total = done, total
+
+    def steps(self, label: str, step: int, total: int) -> None:
+        """``step_progress(label, step, total)`` for ``run_sweep``."""
+        with self._lock:
+            self._steps[label] = (step, total)
+
+    def line(self) -> str:
+        """The progress line as of now."""
+        with self._lock:
+            parts = [] if self.total is None else [f"{self.done}/{self.total} runs"]
+            running = [(k, s, t) for k, (s, t) in self._steps.items() if s < t]
+            parts += [f"{label} {step}/{total} steps" for label, step, total in running[-4:]]
+        parts.append(_elapsed(time.monotonic() - self._start))
+        return f"{self.description}: {', '.join(parts)}"
+
+    def _print(self) -> None:
+        typer.echo(self.line(), err=True)
+        self._printed = True
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(self._interval):
+            self._print()
+
+    def __enter__(self) -> LineProgress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self._stopped.set()
+        self._thread.join()
+        if self._printed and kind is None:
+            self._print()
+
+
 @contextlib.contextmanager
-def run_bar(console: Console, description: str) -> Iterator[RunBars]:
-    """Progress bars over a study's runs and, for runs in this process, their steps."""
+def run_bar(console: Console, description: str) -> Iterator[RunBars | LineProgress]:
+    """Progress over a study's runs and the steps of the runs executing: rich bars in a
+    terminal, :class:`LineProgress` lines on stderr otherwise."""
+    if not console.is_terminal:
+        with LineProgress(description) as lines:
+            yield lines
+        return
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -77,25 +245,73 @@ def run_bar(console: Console, description: str) -> Iterator[RunBars]:
         yield RunBars(bar, description)
 
 
+@contextlib.contextmanager
+def working(console: Console, message: str) -> Iterator[None]:
+    """A spinner with ``message`` while a single long computation runs (in a terminal), or
+    ``message: 00:05`` on stderr every :data:`PROGRESS_INTERVAL` seconds (otherwise)."""
+    if console.is_terminal:
+        with console.status(Text(message), spinner="dots"):
+            yield
+    else:
+        with LineProgress(message):
+            yield
+
+
+def _disk_full(error: BaseException) -> bool:
+    if isinstance(error, sqlite3.Error):
+        return "full" in str(error)
+    return isinstance(error, OSError) and error.errno == errno.ENOSPC
+
+
 def run_with_bars(
     console: Console,
     header: str,
     description: str,
     run: Callable[..., StudyOutcome],
     *args: Any,
+    study_name: str | None = None,
     **options: Any,
 ) -> StudyOutcome:
     """Print ``header``, then ``run(*args, **options, progress=…, step_progress=…)`` under
-    :func:`run_bar`; a bad store (checked before the header), a bad option, a non-finite value
-    or an existing report becomes one ``error:`` line (exit status 2)."""
+    :func:`run_bar`.
+
+    Before the header: ``options["store"]`` and ``options["report_dir"]`` are checked
+    (:func:`~gaugelab.cli._errors.check_location`; an existing store is opened and closed, so
+    a bad file is refused untouched). A bad option, a non-finite value or an existing report
+    becomes one ``error:`` line (exit 2); so does a failure of the machine (a full disk, a
+    read-only folder), which for a full disk says that the runs are kept and how to write the
+    report of ``study_name`` later; Ctrl-C prints how many runs completed and exits 130.
+    """
+    store = options.get("store")
+    paths = {"--out": options.get("report_dir"), "--store": store}
+    bars: RunBars | LineProgress | None = None
     try:
-        if "store" in options and os.path.exists(options["store"]):
-            RunStore(options["store"], create=False).close()  # refuses a bad file untouched
+        check_location("--store", store)
+        check_location("--out", options.get("report_dir"), folder=True)
+        if store is not None and os.path.exists(store):
+            RunStore(store, create=False).close()  # refuses a bad file untouched
         console.print(Text(header))
         with run_bar(console, description) as bars:
             return run(*args, **options, progress=bars.runs, step_progress=bars.steps)
-    except (ValueError, StoreError, NonFiniteError, FileExistsError) as exc:
+    except KeyboardInterrupt as exc:
+        raise interrupted(exc, resumable=True) from None
+    except (ValueError, StoreError, NonFiniteError) as exc:
         raise fail(str(exc)) from None
+    except (OSError, sqlite3.Error) as exc:
+        if not _disk_full(exc) or store is None:
+            raise fail(environment_message(exc, paths)) from None
+        where = getattr(exc, "filename", None) or store
+        finished = bars is not None and bars.total is not None and bars.done >= bars.total
+        if finished and study_name is not None:
+            raise fail(
+                f"{where}: no space left on the device while writing the report; the runs are "
+                f"kept in the store {store}: once there is space, `gaugelab report "
+                f"{study_name} --store {store}` writes the report"
+            ) from None
+        raise fail(
+            f"{where}: no space left on the device; the runs completed so far are kept in the "
+            f"store {store}: once there is space, {RESUME}"
+        ) from None
 
 
 def print_outcome(

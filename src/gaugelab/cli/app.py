@@ -2,14 +2,20 @@
 
 Commands are registered in the order ``gaugelab --help`` lists them: ``optimizers``, ``check``
 (cli/optimizers.py, cli/check.py), ``bench`` (cli/bench.py), ``twins``,
-``report`` and ``runs`` (cli/runs.py), ``zoo`` and ``dial`` (cli/zoo.py).
+``report`` and ``runs`` (cli/runs.py), ``zoo`` and ``dial`` (cli/zoo.py). Every command is then
+guarded (cli/_errors.py): Ctrl-C prints ``interrupted`` and exits 130, a failure of the machine
+(full disk, read-only folder, a path under a regular file) is one line, never a traceback.
 """
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
 import typer
 
 from gaugelab.cli import bench, check, optimizers, runs, twins, zoo
+from gaugelab.cli._errors import guarded
 
 app = typer.Typer(
     name="gaugelab",
@@ -26,12 +32,43 @@ app = typer.Typer(
 )
 
 
+
+
+def _version(show: bool) -> None:
+    if show:
+        try:
+            typer.echo(f"gaugelab {version('gaugelab')}")
+        except PackageNotFoundError:  # a source tree on sys.path, not installed
+            typer.echo("gaugelab (not installed: no package metadata)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Optimizer geometry on factored models."""
+
+
+def _guard_every_command(cli: typer.Typer) -> None:
+    for command in cli.registered_commands:
+        command.callback = guarded(command.callback)
+    for group in cli.registered_groups:
+        _guard_every_command(group.typer_instance)
+
+
 optimizers.register(app)
 check.register(app)
 bench.register(app)
 twins.register(app)
 runs.register(app)
 zoo.register(app)
+_guard_every_command(app)
 
 
 def main() -> None:

@@ -10,8 +10,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gaugelab.cli._errors import fail
+from gaugelab.cli._console import working
+from gaugelab.cli._errors import fail, guarded
 from gaugelab.equivariance import check_equivariance
+from gaugelab.equivariance.problems import PROBLEMS
 from gaugelab.equivariance.verdicts import (
     BREAKS,
     EQUIVARIANT,
@@ -25,6 +27,8 @@ from gaugelab.gauge import GROUPS
 console = Console()
 
 _DTYPES = {"float64": torch.float64, "float32": torch.float32}
+OPTIONS = {name: f"--{name}" for name in ("group", "problem", "steps", "draws", "dtype", "seed")}
+"""check_equivariance's arguments → the options that set them (for its error messages)."""
 _OBJECTS = {"attention": "logits / QK invariants"}
 _VERDICT_STYLE = {
     EQUIVARIANT: "bold green",
@@ -93,9 +97,16 @@ def check(
     """
     if dtype not in _DTYPES:
         raise fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")
+    for option, value in (("--steps", steps), ("--draws", draws)):
+        if value < 1:
+            raise fail(f"{option} {value}; allowed: an integer >= 1")
+    for option, value, allowed in (("--group", group, sorted(GROUPS)),
+                                   ("--problem", problem, PROBLEMS)):  # fmt: skip
+        if value not in allowed:
+            raise fail(f"{option} {value!r}; allowed: {', '.join(allowed)}")
     hyper = _parse_opt(opt or [])
     try:
-        with console.status(f"running twins for {optimizer} under {group}…", spinner="dots"):
+        with working(console, f"check: twins of {optimizer} under {group} on {problem}"):
             report = check_equivariance(
                 optimizer,
                 group=group,
@@ -107,9 +118,10 @@ def check(
                 **hyper,
             )
     except (ValueError, TypeError) as exc:
-        raise fail(str(exc)) from None
+        raise fail(str(exc).removeprefix("check_equivariance: "), OPTIONS) from None
     except NonFiniteError as exc:
-        raise fail(f"the run diverged ({exc}); try a smaller learning rate, --opt lr=...") from None
+        what = str(exc).removeprefix("check_equivariance: ")
+        raise fail(f"the run diverged ({what}); try a smaller learning rate, --opt lr=…") from None
     if as_json:
         typer.echo(report.to_json())
         return
@@ -142,4 +154,4 @@ def check(
 
 def register(app: typer.Typer) -> None:
     """Add ``gaugelab check`` to ``app``."""
-    app.command()(check)
+    app.command()(guarded(check))

@@ -8,6 +8,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gaugelab.cli._errors import guarded
 from gaugelab.equivariance.verdicts import BREAKS, EQUIVARIANT
 from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
 
@@ -51,4 +52,4 @@ def optimizers(
 
 def register(app: typer.Typer) -> None:
     """Add ``gaugelab optimizers`` to ``app``."""
-    app.command()(optimizers)
+    app.command()(guarded(optimizers))

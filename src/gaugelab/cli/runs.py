@@ -11,22 +11,27 @@ import contextlib
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gaugelab.cli._errors import fail
+from gaugelab.cli._console import rich_table, wide_console, working
+from gaugelab.cli._errors import check_location, fail, guarded
+from gaugelab.experiments.dial import DialSpec
 from gaugelab.experiments.registry import report_study
+from gaugelab.experiments.zoo import ZooSpec
+from gaugelab.study.report import Table as ReportTable
 from gaugelab.study.report import new_report_dir
-from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunStore, StoreError
+from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunRow, RunStore, StoreError
 from gaugelab.study.summary import path_slug
 
-__all__ = ["export_metrics", "register"]
+__all__ = ["export_metrics", "register", "trains"]
 
 EXPORT_FORMATS = ("csv", "json")
 EXPORT_COLUMNS = ("run", "attempt", "step", "name", "value")
@@ -42,7 +47,7 @@ StoreOption = Annotated[
 
 
 def _console() -> Console:
-    return Console()  # built per command, so COLUMNS and the captured stdout are current
+    return wide_console()  # built per command, so COLUMNS and the captured stdout are current
 
 
 def _t(value: object) -> Text:
@@ -52,7 +57,9 @@ def _t(value: object) -> Text:
 
 @contextlib.contextmanager
 def _open_store(path: Path) -> Iterator[RunStore]:
-    """Open an existing store for reading; every store problem becomes a one-line error."""
+    """Open an existing store for reading; a missing or refused store, or a refusal while
+    reading it, becomes a one-line error (a failure of the machine is the command guard's,
+    cli/_errors.py)."""
     try:
         store = RunStore(path, create=False)
     except FileNotFoundError:
@@ -61,10 +68,69 @@ def _open_store(path: Path) -> Iterator[RunStore]:
         raise fail(str(exc)) from None
     try:
         yield store
-    except (ValueError, OSError) as exc:  # StoreError, FileExistsError, NotADirectoryError …
+    except ValueError as exc:  # StoreError, an unknown study
         raise fail(str(exc)) from None
     finally:
         store.close()
+
+
+def _check_study(db: RunStore, study: str | None, what: str = "--study") -> None:
+    """Refuse a study name the store does not hold, naming the option and the known ones."""
+    if study is None:
+        return
+    known = [row.name for row in db.studies()]
+    if study not in known:
+        raise fail(
+            f"{what} {study!r}: no such study in {db.path}; known: "
+            f"{', '.join(map(repr, known)) or 'none'}"
+        )
+
+
+_PREFIX = re.compile(r"[0-9a-f]{4,64}")
+MIN_PREFIX = 4
+"""The shortest identity prefix ``runs show`` accepts."""
+
+
+def _find_run(db: RunStore, prefix: str) -> RunRow:
+    """The run whose identity starts with ``prefix`` (4 to 64 lowercase hex characters).
+
+    The store looks the prefix up; a prefix shorter than the store's own minimum is matched
+    against the listing of its runs."""
+    if not _PREFIX.fullmatch(prefix):
+        raise fail(
+            f"RUN {prefix!r}; allowed: {MIN_PREFIX} to 64 lowercase hex characters of a run "
+            "identity (see `gaugelab runs list`)"
+        )
+    try:
+        return db.run(prefix)
+    except ValueError as exc:
+        if "allowed:" not in str(exc):  # no such run, or ambiguous: the store's message
+            raise fail(f"RUN {prefix}: {str(exc).removeprefix('run: ')}") from None
+    matches = [row.identity for row in db.runs() if row.identity.startswith(prefix)]
+    if len(matches) != 1:
+        found = ", ".join(m[:12] for m in matches[:5]) + (", …" if len(matches) > 5 else "")
+        raise fail(
+            f"RUN {prefix}: no run in {db.path} has an identity starting with it"
+            if not matches
+            else f"RUN {prefix} is ambiguous ({found}); give more characters"
+        )
+    return db.run(matches[0])
+
+
+def trains(kind: str, spec: dict[str, Any]) -> str | None:
+    """What a run trains, as its experiment names it: a twin run's optimizer, a zoo run's
+    rules (or its convex row), a dial run's settings of p (or gd); None for other kinds or a
+    spec this version cannot read."""
+    if kind == "twins":
+        twin = spec.get("twin")
+        return twin.get("optimizer") if isinstance(twin, dict) else None
+    experiment = {"zoo": ZooSpec, "dial": DialSpec}.get(kind)
+    if experiment is None:
+        return None
+    try:
+        return ", ".join(experiment.model_validate(spec).labels()) or None
+    except ValueError:  # a spec of another gaugelab version
+        return None
 
 
 def list_runs(
@@ -73,28 +139,26 @@ def list_runs(
     ] = None,
     store: StoreOption = DEFAULT_STORE_PATH,
 ) -> None:
-    """List the runs in the store: identity, kind, studies, latest termination, attempts.
+    """List the runs in the store: identity, experiment, what each trains (optimizer, rules
+    or settings of p), latest termination, attempts, studies and creation time.
 
-    The termination column is the latest attempt's class (``open`` while it runs).
+    The termination column is the latest attempt's class (``open`` while it runs). On a
+    narrow terminal the table continues below, the identity repeated.
     """
     with _open_store(store) as db:
+        _check_study(db, study)
         runs = db.runs(study)
-        title = f"runs in {db.path}" + (f" (study {study})" if study is not None else "")
-        table = Table(title=_t(title))
-        for col in ("identity", "kind", "studies", "termination", "attempts", "created"):
-            # study names are arguments of `gaugelab report`: fold them, never cut them
-            table.add_column(col, no_wrap=col in ("identity", "termination"), overflow="fold")
+        rows = []
         for run in runs:
             attempts = db.attempts(run.identity)
             latest = (attempts[-1].termination or "open") if attempts else "not started"
-            table.add_row(
-                _t(run.identity[:12]),
-                _t(run.kind),
-                _t(", ".join(run.studies)),
-                _t(latest),
-                _t(len(attempts)),
-                _t(run.created_at[:19]),
-            )
+            rows.append([run.identity[:12], run.kind, trains(run.kind, run.spec), latest,
+                         len(attempts), ", ".join(run.studies),
+                         run.created_at[:16].replace("T", " ")])  # fmt: skip
+        title = f"runs in {db.path}" + (f" (study {study})" if study is not None else "")
+    columns = ("identity", "experiment", "trains", "termination", "attempts", "studies",
+               "created (UTC)")  # fmt: skip
+    table = rich_table(ReportTable(title, columns, rows), label_columns=1)
     console = _console()
     console.print(table)
     if not runs:
@@ -102,12 +166,14 @@ def list_runs(
 
 
 def show_run(
-    run: Annotated[str, typer.Argument(help="A unique identity prefix (6+ hex characters).")],
+    run: Annotated[
+        str, typer.Argument(help=f"A unique identity prefix ({MIN_PREFIX}+ hex characters).")
+    ],
     store: StoreOption = DEFAULT_STORE_PATH,
 ) -> None:
     """Show one run: its manifest, spec, attempts and the last value of each metric."""
     with _open_store(store) as db:
-        row = db.run(run)
+        row = _find_run(db, run)
         attempts = db.attempts(row.identity)
         metrics = db.metrics(row.identity)
     m = row.manifest
@@ -228,7 +294,12 @@ def export(
         raise fail(f"--format {fmt!r}; allowed: {', '.join(EXPORT_FORMATS)}")
     if out is not None and out.exists():
         raise fail(f"{out} already exists; refusing to overwrite, choose another --out FILE")
+    try:
+        check_location("--out", out)
+    except ValueError as exc:
+        raise fail(exc) from None
     with _open_store(store) as db:
+        _check_study(db, study)
         rows = export_metrics(db, study=study, trajectory=trajectory)
     text = _render(rows, fmt)
     if out is None:
@@ -242,8 +313,6 @@ def export(
         raise fail(
             f"{out} already exists; refusing to overwrite, choose another --out FILE"
         ) from None
-    except OSError as exc:
-        raise fail(f"cannot write {out}: {exc}") from None
     table = Table(title="export")
     for col in ("file", "format", "rows", "runs"):
         table.add_column(col)
@@ -268,10 +337,16 @@ def report(
     A twins, zoo or dial study gets its experiment's report (the same tables, figures and
     verdicts the command printed); any other study the generic one.
     """
+    try:
+        check_location("--out", out, folder=True)
+    except ValueError as exc:
+        raise fail(exc) from None
     with _open_store(store) as db:
+        _check_study(db, study, "STUDY")
         parent = db.path.parent / "reports" / path_slug(study)
         folder = out if out is not None else new_report_dir(parent)
-        with _console().status(_t(f"writing the report to {folder}…"), spinner="dots"):
+        console = _console()
+        with working(console, f"report: writing {folder}"):
             path = report_study(db, study, folder)
         runs = db.runs(study)
         attempts = [db.attempts(r.identity) for r in runs]
@@ -293,8 +368,8 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
         add_completion=False,
     )
-    runs_app.command("list")(list_runs)
-    runs_app.command("show")(show_run)
-    runs_app.command("export")(export)
+    runs_app.command("list")(guarded(list_runs))
+    runs_app.command("show")(guarded(show_run))
+    runs_app.command("export")(guarded(export))
     app.add_typer(runs_app, name="runs")
-    app.command("report")(report)
+    app.command("report")(guarded(report))

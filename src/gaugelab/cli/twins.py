@@ -16,7 +16,7 @@ import typer
 from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._errors import fail
+from gaugelab.cli._errors import fail, guarded
 from gaugelab.experiments._twins_results import verdict_lines
 from gaugelab.experiments.twins import (
     DEFAULT_OPTIMIZERS,
@@ -30,6 +30,11 @@ from gaugelab.experiments.twins import (
     twin_optimizers,
 )
 from gaugelab.study.store import DEFAULT_STORE_PATH
+from gaugelab.tasks.text import TextTooShort
+
+OPTIONS = {"steps": "--steps", "dtype": "--dtype", "batch_size": "--batch-size",
+           "optimizer": "--optimizers", "compile": "--compile"}  # fmt: skip
+"""TwinSpec fields → the options that set them (for its error messages)."""
 
 
 def _cxx_compiler() -> str | None:
@@ -140,6 +145,12 @@ def twins(
                     text, steps=steps or (100 if quick else 300), dtype=dtype,
                     batch_size=batch_size, compile=compile,
                 )  # fmt: skip
+            except TextTooShort as exc:
+                raise ValueError(
+                    f"--text {text} has {exc.n_chars:,} characters; allowed: a text of at least "
+                    f"{exc.needed:,} characters (a block of {exc.block_size} characters in both "
+                    "the train and the validation split)"
+                ) from None
             except (ValueError, FileNotFoundError) as exc:
                 raise ValueError(f"--text {text}: {exc}") from None
         else:
@@ -147,9 +158,10 @@ def twins(
             marks = QUICK_CHECKPOINTS if quick and steps is None else TwinSpec().checkpoints
             base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype,
                             compile=compile)  # fmt: skip
-        total = len(plan(names, base=base, pairs=pairs, merge=merge).specs())
+        sweep = plan(names, base=base, pairs=pairs, merge=merge)
+        total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
-        raise fail(exc) from None
+        raise fail(exc, OPTIONS) from None
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     header = (
         f"{total} twin run(s) ({', '.join(names)} × {pairs} pair(s)), {base.steps} step(s) each, "
@@ -158,7 +170,7 @@ def twins(
     outcome = run_with_bars(
         console, header, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
         store=store, executor=executor, max_workers=max_workers, threads=threads,
-        address=address, report_dir=out,
+        address=address, report_dir=out, study_name=sweep.study,
     )  # fmt: skip
     verdicts = [
         Text.assemble((rule, "bold"), f": {rest}")
@@ -178,4 +190,4 @@ def twins(
 
 def register(app: typer.Typer) -> None:
     """Add ``gaugelab twins`` to ``app``."""
-    app.command()(twins)
+    app.command()(guarded(twins))

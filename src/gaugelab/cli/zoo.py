@@ -14,7 +14,7 @@ import typer
 from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._errors import fail
+from gaugelab.cli._errors import fail, guarded
 from gaugelab.experiments import dial as dial_experiment
 from gaugelab.experiments import zoo as zoo_experiment
 from gaugelab.experiments.dial import DialSpec
@@ -26,6 +26,18 @@ __all__ = ["dial", "register", "zoo"]
 
 QUICK_STEPS = 2000
 QUICK_SEEDS = (42,)
+
+_SENSING_OPTIONS = {
+    "n": "--size", "rank": "--rank", "m": "--measurements", "init_scale": "--init-scale",
+    "schedule": "--schedule", "steps": "--steps", "seeds": "--seeds", "dtype": "--dtype",
+    "tail": "--tail",
+}  # fmt: skip
+ZOO_OPTIONS = {**_SENSING_OPTIONS, "rules": "--rules", "decayed": "--decayed", "lr_grids": "--lr",
+               "convex": "--convex"}  # fmt: skip
+"""ZooSpec fields → the options of ``gaugelab zoo`` (for its error messages)."""
+DIAL_OPTIONS = {**_SENSING_OPTIONS, "ps": "--ps", "lrs": "--lrs", "mean": "--mean",
+                "gd_reference": "--gd"}  # fmt: skip
+"""DialSpec fields → the options of ``gaugelab dial``."""
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
@@ -186,7 +198,7 @@ def zoo(
         _executor(executor)
         _sizes(max_workers, threads)
     except ValueError as exc:
-        raise fail(exc) from None
+        raise fail(exc, ZOO_OPTIONS) from None
     for spec in specs:
         header = (
             f"zoo: {len(spec.rules)} rules × {len(spec.seeds)} seeds, {spec.steps} steps, "
@@ -195,10 +207,10 @@ def zoo(
         outcome = run_with_bars(
             console, header, "rule runs", zoo_experiment.run_zoo, spec, store=store, study=study,
             executor=executor, max_workers=max_workers, threads=threads, address=address,
-            report_dir=out,
+            report_dir=out, study_name=zoo_experiment.plan(spec, study).study,
         )  # fmt: skip
         split = outcome.result.split
-        print_outcome(console, outcome, zoo_experiment.tables(outcome.result))
+        print_outcome(console, outcome, zoo_experiment.tables(outcome.result), label_columns=1)
         if split is not None:
             style = "bold green" if split.clean else "bold red"
             console.print(Text(split.sentence(), style=style))
@@ -261,7 +273,7 @@ def dial(
         _executor(executor)
         _sizes(max_workers, threads)
     except ValueError as exc:
-        raise fail(exc) from None
+        raise fail(exc, DIAL_OPTIONS) from None
     header = (
         f"dial: p ∈ {list(spec.ps)} × {len(spec.lrs)} rates × {len(spec.seeds)} seeds, "
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
@@ -269,14 +281,14 @@ def dial(
     outcome = run_with_bars(
         console, header, "dial runs", dial_experiment.run_dial, spec, store=store, study=study,
         executor=executor, max_workers=max_workers, threads=threads, address=address,
-        report_dir=out,
+        report_dir=out, study_name=dial_experiment.plan(spec, study).study,
     )  # fmt: skip
-    print_outcome(console, outcome, dial_experiment.tables(outcome.result))
+    print_outcome(console, outcome, dial_experiment.tables(outcome.result), label_columns=1)
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab dial`.")
 
 
 def register(app: typer.Typer) -> None:
     """Add ``gaugelab zoo`` and ``gaugelab dial`` to ``app``."""
-    app.command()(zoo)
-    app.command()(dial)
+    app.command()(guarded(zoo))
+    app.command()(guarded(dial))

@@ -59,6 +59,43 @@ def tiny_shakespeare_bytes() -> bytes:
     return raw
 
 
+class TextTooShort(ValueError):
+    """A text too short for one window of ``block_size`` in both splits.
+
+    Attributes:
+        n_chars: characters in the text.
+        needed: the fewest characters it would need (:func:`characters_needed`).
+        block_size: the window length asked for.
+    """
+
+    def __init__(self, n_chars: int, needed: int, block_size: int, message: str) -> None:
+        super().__init__(message)
+        self.n_chars, self.needed, self.block_size = n_chars, needed, block_size
+
+
+def characters_needed(block_size: int, split: float = 0.9) -> int:
+    """The fewest characters a text needs for windows of ``block_size`` in both splits.
+
+    Args:
+        block_size: window length, ``>= 1``.
+        split: fraction of the characters in the training split, in ``(0, 1)``.
+
+    Returns:
+        The smallest ``N`` with ``int(split · N) > block_size`` and
+        ``N − int(split · N) > block_size`` (each split holds a window and its next-character
+        target), e.g. 641 for ``block_size=64`` at ``split=0.9``.
+
+    Raises:
+        ValueError: ``block_size`` or ``split`` out of range.
+    """
+    _check_arguments("characters_needed", block_size, split)
+    # int(s·N) > b needs N ≥ (b + 1)/s; N − int(s·N) > b needs N > b/(1 − s): start just below
+    n = max(block_size + 1, int(max((block_size + 1) / split, block_size / (1 - split))) - 2)
+    while min(int(split * n), n - int(split * n)) <= block_size:
+        n += 1
+    return n
+
+
 def _check_arguments(where: str, block_size: object, split: object) -> None:
     if isinstance(split, bool) or not isinstance(split, int | float) or not 0 < split < 1:
         raise ValueError(f"{where}: split={split!r}; allowed: a number in (0, 1)")
@@ -94,7 +131,10 @@ class CharText:
     Raises:
         FileNotFoundError: ``path`` does not exist (the message names it).
         ValueError: ``path`` is not a file, is empty or is not UTF-8; ``block_size`` not an
-            integer in ``[1, len(split))`` for both splits; ``split`` outside ``(0, 1)``.
+            integer ``>= 1``; ``split`` outside ``(0, 1)``.
+        TextTooShort: (a ``ValueError``) ``block_size`` is not below the length of both
+            splits; the message says how many characters one block needs
+            (:func:`characters_needed`).
 
     Source:
         karpathy2015char (char-rnn: character vocabulary, contiguous windows, 90/10 split of
@@ -167,9 +207,15 @@ class CharText:
         self.train_data, self.val_data = data[:n_train], data[n_train:]
         shortest = min(self.train_data.numel(), self.val_data.numel())
         if block_size >= shortest:
-            raise ValueError(
+            raise TextTooShort(
+                self.n_chars,
+                characters_needed(block_size, split),
+                block_size,
                 f"CharText: block_size={block_size}; allowed: 1 <= block_size < {shortest} "
                 f"(the shorter split: {n_train} train / {self.n_chars - n_train} val characters)"
+                f"; one block of {block_size} needs a text of at least "
+                f"{characters_needed(block_size, split):,} characters, {str(path)!r} has "
+                f"{self.n_chars:,}",
             )
         self.block_size = block_size
 
