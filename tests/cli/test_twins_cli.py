@@ -38,15 +38,43 @@ def test_a_two_step_run_prints_the_triplet_and_is_reused_when_run_again(tmp_path
         (("--task", "text", "--text", "missing.txt"), "--text missing.txt: CharText"),
         (("--dtype", "float16"), "--dtype 'float16'"),
         (("--pairs", "0"), "--pairs 0"),
+        (("--task", "text", "--text", "short.txt"),
+         "--text short.txt has 11 characters; allowed: a text of at least 641 characters"),
+        (("--store", "a-file/s.sqlite"),
+         "--store a-file/s.sqlite: {tmp}/a-file is a regular file, not a folder"),
     ],
-)
-def test_bad_options_are_one_line_errors_naming_the_option(tmp_path, args, message):
+)  # fmt: skip
+def test_bad_options_are_one_line_errors_naming_the_option(
+    tmp_path, monkeypatch, args, message
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "short.txt").write_text("short text\n")  # 11 characters
+    (tmp_path / "a-file").write_text("x")
     store = tmp_path / "s.sqlite"
-    result = invoke(*args, "--store", store)
+    result = invoke("--store", store, *args)  # a later --store wins
     assert result.exit_code == 2, (args, result.output)
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
+    expected = f"error: {message.format(tmp=tmp_path)}"
+    assert len(lines) == 1 and lines[0].startswith(expected), result.output
     assert not store.exists()  # nothing was written
+
+
+def test_ctrl_c_prints_how_many_runs_are_complete_and_exits_130(tmp_path, monkeypatch):
+    import gaugelab.cli.twins
+
+    class Interrupted(KeyboardInterrupt):  # as gaugelab.study.sweep.SweepInterrupted
+        done, total = 1, 4
+
+    def interrupt(*args, **kwargs):
+        raise Interrupted
+
+    monkeypatch.setattr(gaugelab.cli.twins, "run_twins_study", interrupt)
+    result = invoke("--steps", "1", "--store", tmp_path / "s.sqlite")
+    assert result.exit_code == 130, result.output
+    assert result.stderr == (
+        "interrupted: 1 of 4 runs complete; rerun the same command to resume from the last "
+        "checkpoints\n"
+    )
 
 
 def test_compile_without_a_cxx_compiler_is_a_clear_error(tmp_path):

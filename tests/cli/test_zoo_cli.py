@@ -192,3 +192,69 @@ def test_a_bad_store_is_one_line_before_any_header_or_bar(tmp_path):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "not an SQLite" in lines[0]
     assert store.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("zoo", "--size", "0"), "--size 0; allowed: an integer >= 1"),
+        (("zoo", "--steps", "-1"), "--steps -1; allowed: an integer >= 1"),
+        (("zoo", "--init-scale", "-1"), "--init-scale -1; allowed: a number > 0"),
+        (("zoo", "--seeds", "1,1"), "--seeds 1,1; allowed: distinct integers"),
+        (("zoo", "--rank", "50"), "--rank 50; allowed: 1 <= rank <= --size 40"),
+        (("zoo", "--threads", "0"), "--threads 0; allowed: an integer >= 1"),
+        (("zoo", "--max-workers", "0"), "--max-workers 0; allowed: an integer >= 1"),
+        (("zoo", "--rules", "gd", "--lr", "gd=-1"), "--lr gd=-1; allowed: finite numbers > 0"),
+        (("dial", "--steps", "0"), "--steps 0; allowed: an integer >= 1"),
+        (("dial", "--lrs", "-1"), "--lrs -1; allowed: finite numbers > 0"),
+        (("dial", "--mean", "harmonic"), "--mean harmonic; allowed: rms or geometric"),
+        (("dial", "--threads", "0"), "--threads 0; allowed: an integer >= 1"),
+    ],
+)
+def test_every_bad_option_is_named_with_its_value_before_any_header_or_bar(
+    tmp_path, args, message
+):
+    store = tmp_path / "s.sqlite"
+    result = invoke(*args, "--store", str(store))
+    assert result.exit_code == 2, result.output
+    assert result.output == f"error: {message}\n"  # one line: no header, no bar
+    assert not store.exists()
+
+
+def test_a_store_under_a_regular_file_is_one_line_before_any_header(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    for store in (blocker / "s.sqlite", blocker / "deeper" / "s.sqlite"):
+        result = invoke("zoo", *SMALL, "--rules", "gd", "--no-convex", "--store", str(store))
+        assert result.exit_code == 2, result.output
+        assert result.output == (
+            f"error: --store {store}: {blocker} is a regular file, not a folder; choose another "
+            "--store\n"
+        )
+
+
+def test_a_full_disk_while_writing_the_report_keeps_the_runs_and_says_how_to_report(
+    tmp_path, monkeypatch
+):
+    import errno
+
+    import gaugelab.experiments.zoo
+
+    def full(result, folder):
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "recovery.png"))
+
+    monkeypatch.setattr(gaugelab.experiments.zoo, "report", full)
+    store = tmp_path / "s.sqlite"
+    result = invoke("zoo", *SMALL, "--rules", "gd", "--lr", "gd=2e-2", "--no-convex",
+                    "--store", str(store))  # fmt: skip
+    assert result.exit_code == 2, result.output
+    from gaugelab.study.store import RunStore
+
+    with RunStore(store, create=False) as db:
+        (study,) = [s.name for s in db.studies()]
+        (run,) = db.runs()
+        assert db.completed(run.identity)  # the run is kept
+    error = result.stderr.strip()
+    assert "no space left on the device while writing the report" in error
+    assert f"`gaugelab report {study} --store {store}` writes the report" in error
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output

@@ -231,3 +231,28 @@ def test_bad_batch_arguments_raise(tmp_path):
         t.encode("xyz")
     with pytest.raises(ValueError, match="id 10"):
         t.decode([10])
+
+
+def test_a_text_too_short_for_one_block_says_how_many_characters_it_needs(tmp_path):
+    path = tmp_path / "short.txt"
+    path.write_text("short text\n", encoding="utf-8")  # 11 characters
+    with pytest.raises(text_module.TextTooShort) as error:
+        CharText(path, block_size=64)
+    # 641 = the fewest N with int(0.9 N) > 64 and N − int(0.9 N) > 64 (val: 641 − 576 = 65)
+    assert (error.value.n_chars, error.value.needed, error.value.block_size) == (11, 641, 64)
+    assert "one block of 64 needs a text of at least 641 characters" in str(error.value)
+    assert f"{str(path)!r} has 11" in str(error.value)
+    path.write_text("x" * 641, encoding="utf-8")
+    assert CharText(path, block_size=64).val_data.numel() == 65  # exactly enough
+    path.write_text("x" * 640, encoding="utf-8")
+    with pytest.raises(text_module.TextTooShort):
+        CharText(path, block_size=64)
+
+
+@pytest.mark.parametrize(("block_size", "split"), [(1, 0.5), (64, 0.9), (10, 0.9), (3, 0.01)])
+def test_characters_needed_is_the_fewest_that_hold_a_block_in_both_splits(block_size, split):
+    def holds(n):
+        return min(int(split * n), n - int(split * n)) > block_size
+
+    needed = text_module.characters_needed(block_size, split)
+    assert holds(needed) and not holds(needed - 1)
