@@ -1,7 +1,10 @@
 """The sensing training loop: one rule's (seed × rate) ensemble to its stopping rule, resumable.
 
-A member that interpolates stops (its updates are masked) and keeps the step at which it
-stopped; a member that diverges is rolled back to its last parameters with a finite, bounded
+Steps run in the reference's order (its ``optimizer_zoo_bias.py``): at step ``s`` the loss after
+``s − 1`` updates is read, update ``s`` is applied, and at ``s ≡ 0 (mod check_every)`` a member
+whose loss read at that step was below the threshold stops, with ``s`` updates. A member that
+interpolates stops (its updates are masked) and keeps the step at which it stopped; a member
+that diverges is rolled back to its last parameters with a finite, bounded
 loss and masked (divergence of one member is an outcome, not an error of the ensemble). Given a
 run context, the loop writes a checkpoint every ``checkpoint_every`` steps and, when the run was
 interrupted, continues from the latest one bit for bit.
