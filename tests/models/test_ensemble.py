@@ -108,6 +108,33 @@ def test_one_optimizer_over_the_ensemble_equals_separate_optimizers():
             assert (stacked[e] - m.get_parameter(name)).abs().max() <= 1e-12, name
 
 
+def test_frozen_parameters_stay_frozen_and_get_no_gradient():
+    """A LoRA member's base weights are frozen; the stacked copies must be too, or an optimizer
+    over ensemble.parameters() trains the base (and backward pays for its gradients)."""
+    from gaugelab.models.lora import inject_lora
+
+    models = members(2)
+    for seed, m in enumerate(models):
+        inject_lora(m, ["q_proj", "fc_out"], r=2, alpha=4.0, seed=seed)
+    ensemble = Ensemble(models)
+    flags = {n: p.requires_grad for n, p in ensemble.stacked_parameters().items()}
+    assert flags == {n: p.requires_grad for n, p in models[0].named_parameters()}
+    assert sorted(n for n, f in flags.items() if f) == [
+        f"blocks.{i}.{m}.lora_{x}" for i in (0, 1) for m in ("attn.q_proj", "mlp.fc_out")
+        for x in "AB"
+    ]  # fmt: skip
+    ensemble(tokens()).square().sum().backward()
+    for name, p in ensemble.stacked_parameters().items():
+        assert (p.grad is not None) == flags[name], name
+
+
+def test_members_frozen_differently_are_refused():
+    a, b = members(2)
+    b.embed.weight.requires_grad_(False)
+    with pytest.raises(ValueError, match="member 1 freezes other parameters"):
+        Ensemble([a, b])
+
+
 def test_bad_ensembles_raise():
     with pytest.raises(ValueError, match="empty"):
         Ensemble([])

@@ -24,6 +24,10 @@ def _slot(name: str) -> str:
 class Ensemble(nn.Module):
     """E members of one architecture evaluated together.
 
+    A stacked parameter keeps its members' ``requires_grad``: frozen parameters (the base
+    weights of a LoRA model) stay frozen, so ``[p for p in ensemble.parameters() if
+    p.requires_grad]`` is what an optimizer should step.
+
     Args:
         models: E ≥ 1 modules of identical structure (parameter names and shapes).
         vectorize: evaluate with ``vmap`` (True) or loop over members with
@@ -43,9 +47,9 @@ class Ensemble(nn.Module):
         use_compile: whether gradient-enabled calls run the compiled forward.
 
     Raises:
-        ValueError: no models, members whose parameter names, shapes or dtypes differ, or
-            ``compile`` without vectorization (``vectorize=False``, or a submodule that is
-            not ``vmap_compatible``).
+        ValueError: no models, members whose parameter names, shapes, dtypes or
+            ``requires_grad`` flags differ, or ``compile`` without vectorization
+            (``vectorize=False``, or a submodule that is not ``vmap_compatible``).
 
     Source: the batched-ensemble pattern of ``torch.func`` (model ensembling).
     """
@@ -69,12 +73,21 @@ class Ensemble(nn.Module):
                     f"Ensemble: member {i} differs from member 0 in parameter names, shapes or "
                     f"dtypes; allowed: copies of one architecture"
                 )
+        trainable = {n: p.requires_grad for n, p in models[0].named_parameters()}
+        for i, m in enumerate(models[1:], start=1):
+            if {n: p.requires_grad for n, p in m.named_parameters()} != trainable:
+                raise ValueError(
+                    f"Ensemble: member {i} freezes other parameters than member 0 "
+                    "(requires_grad differs); allowed: members frozen alike"
+                )
         params, buffers = stack_module_state(models)
         self.n_members = len(models)
         self.names = list(params)
         self._buffer_names = list(buffers)
         for name, p in params.items():
-            self.register_parameter(_slot(name), nn.Parameter(p.detach().clone()))
+            # a frozen parameter (a LoRA base weight) stays frozen in the stack
+            stacked = nn.Parameter(p.detach().clone(), requires_grad=trainable[name])
+            self.register_parameter(_slot(name), stacked)
         for name, b in buffers.items():
             self.register_buffer(_slot(name), b.clone(), persistent=False)
         # Templates are kept out of the module tree, so ensemble.parameters() is the stacked ones.
