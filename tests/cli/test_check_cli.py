@@ -61,3 +61,23 @@ def test_check_reports_a_bad_target_in_one_line_with_exit_code_2(workdir, target
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert all(f in lines[0] for f in fragments), lines[0]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_ctrl_c_stops_a_long_check_with_one_line_and_exit_code_130(workdir):
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    process = subprocess.Popen(
+        [str(GAUGELAB), "check", "adam", "--problem", "attention"], cwd=workdir, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        first = process.stderr.readline()  # piped: a progress line every 5 s while it works
+        assert first.startswith("check: twins of adam under orthogonal on attention: 00:0"), first
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, (out, err)
+    assert err.splitlines()[-1] == "interrupted" and "Traceback" not in err, err
+    assert out == ""
