@@ -1,6 +1,9 @@
 """Tests for gaugelab.study.sweep and runner: expansion, skip, keep-going, retries, Ray."""
 
+import multiprocessing
+import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -8,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import the toy spec by name
 
 from toy import ToySpec
+from toy_checkpoint import CheckpointToySpec
 
 from gaugelab.study.spec import Manifest
 from gaugelab.study.store import RunStore
@@ -129,3 +133,123 @@ def test_two_stores_in_one_folder_keep_their_runs_files_apart(tmp_path):
     folders = sorted(p.parent.parent.name for p in tmp_path.glob("*/*/attempt-1"))
     assert folders == ["a.sqlite.artifacts", "b.sqlite.artifacts"]
     assert (tmp_path / "a.sqlite.artifacts" / identity[:16]).is_dir()
+
+
+# --- claims, abandoned attempts, verified reuse, progress from workers ---------------------
+
+
+def _die_mid_run(store: str, spec_json: str) -> None:
+    """A whole sweep in another process whose run kills that process after a checkpoint."""
+    os.environ["TOY_DIE_AT"] = "5"
+    run_sweep(Sweep(CheckpointToySpec.model_validate_json(spec_json)), store=store, max_workers=1)
+
+
+def _kill_in_another_process(store: Path, spec: CheckpointToySpec) -> int:
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=_die_mid_run, args=(str(store), spec.model_dump_json()))
+    proc.start()
+    proc.join(timeout=300)
+    assert proc.exitcode == 3  # the toy's os._exit: its attempt was left open
+    return proc.pid
+
+
+def test_an_open_attempt_of_a_dead_pid_is_closed_and_the_run_resumes(tmp_path):
+    spec = CheckpointToySpec(steps=8, every=2)
+    killed, clean = tmp_path / "killed.sqlite", tmp_path / "clean.sqlite"
+    pid = _kill_in_another_process(killed, spec)
+    identity = spec.identity()
+    with RunStore(killed, create=False) as db:
+        assert [a.termination for a in db.attempts(identity)] == [None]
+    result = run_sweep(Sweep(spec), store=killed, max_workers=1)
+    assert result.completed == [identity] and result.resumed == {identity: 4}
+    with RunStore(killed, create=False) as db, RunStore(clean) as fresh:
+        attempts = [(a.ordinal, a.termination, a.message) for a in db.attempts(identity)]
+        assert attempts == [
+            (1, "infrastructure_failure", f"owner pid {pid} gone"),
+            (2, "completed", ""),
+        ]
+        run_sweep(Sweep(spec), store=clean, max_workers=1)
+        assert [(m.name, m.step, m.value) for m in db.metrics(identity)] == [
+            (m.name, m.step, m.value) for m in fresh.metrics(identity)
+        ]  # the resumed run reads as the uninterrupted one
+
+
+def test_a_tampered_checkpoint_is_set_aside_and_the_run_starts_from_step_zero(tmp_path):
+    spec = CheckpointToySpec(steps=8, every=2)
+    store = tmp_path / "store.sqlite"
+    _kill_in_another_process(store, spec)
+    (latest,) = tmp_path.glob("store.sqlite.artifacts/*/checkpoints/step-*.json")
+    text = latest.read_text()
+    latest.write_text(text.replace('"data_position": 0', '"data_position": 1'))
+    result = run_sweep(Sweep(spec), store=store, max_workers=1)
+    identity = spec.identity()
+    assert result.completed == [identity] and result.resumed == {}
+    (why,) = result.restarted.values()
+    assert str(latest) in why and "differs from" in why and f"run {identity[:12]}" in why
+    assert latest.with_name(latest.name + ".rejected-attempt-2").is_file()  # kept, renamed
+
+
+def test_a_completed_run_with_a_tampered_artifact_is_executed_again(tmp_path):
+    spec = CheckpointToySpec(steps=3)
+    store = tmp_path / "store.sqlite"
+    assert run_sweep(Sweep(spec), store=store, max_workers=1).completed == [spec.identity()]
+    (result_file,) = tmp_path.glob("store.sqlite.artifacts/*/attempt-1/result.json")
+    result_file.write_text('{"sum": 1e9}')
+    again = run_sweep(Sweep(spec), store=store, max_workers=1)
+    identity = spec.identity()
+    assert again.completed == [identity] and again.skipped == []
+    assert f"{result_file}: sha256" in again.reexecuted[identity]
+    with RunStore(store, create=False) as db:
+        assert [a.termination for a in db.attempts(identity)] == ["completed", "completed"]
+        assert db.verify_artifacts(identity) == []  # the new attempt's files
+        assert db.verify_artifacts(identity, ordinal=1)[0].startswith(f"{result_file}: sha256")
+    result_file.unlink()  # the old attempt's file no longer matters: reused
+    assert run_sweep(Sweep(spec), store=store, max_workers=1).skipped == [identity]
+
+
+def test_pool_workers_report_step_progress_to_the_driver(tmp_path):
+    sweep = Sweep(CheckpointToySpec(steps=6, pause=0.05), seeds=[0, 1], seed_field="seed")
+    seen = []
+    result = run_sweep(
+        sweep,
+        store=tmp_path / "store.sqlite",
+        max_workers=2,
+        step_progress=lambda *report: seen.append(report),
+    )
+    assert len(result.completed) == 2
+    labels = {label for label, _, _ in seen}
+    assert "toy" in labels and len(labels) <= 2  # the second run in flight gets a suffix
+    for label in labels:
+        assert (label, 6, 6) in seen  # the last step always arrives
+    assert all(total == 6 for _, _, total in seen)
+
+
+def _hold(store: str, identity: str, seconds: float, started) -> None:
+    """Another live process: holds the run for ``seconds``, then completes it."""
+    with RunStore(store, create=False) as db:
+        claim = db.claim(identity)
+        started.set()
+        time.sleep(seconds)
+        db.end_attempt(claim.attempt_id, "completed", "by the holder")
+
+
+def test_a_run_held_by_a_live_process_is_waited_for_and_reused(tmp_path):
+    store = tmp_path / "store.sqlite"
+    sweep = Sweep(CheckpointToySpec(steps=2), seeds=[0, 1], seed_field="seed")
+    held, free = (s.identity() for s in sweep.specs())
+    with RunStore(store) as db:
+        db.add_study(sweep.study, sweep.spec)
+        for spec in sweep.specs():
+            db.register_run(Manifest.for_spec(spec), study=sweep.study)
+    ctx = multiprocessing.get_context("spawn")
+    started = ctx.Event()
+    holder = ctx.Process(target=_hold, args=(str(store), held, 3.0, started))
+    holder.start()
+    try:
+        assert started.wait(timeout=120)
+        result = run_sweep(sweep, store=store, max_workers=1)
+    finally:
+        holder.join(timeout=60)
+    assert result.completed == [free] and result.skipped == [held] and result.waited == [held]
+    with RunStore(store, create=False) as db:
+        assert [a.message for a in db.attempts(held)] == ["by the holder"]  # not trained twice

@@ -17,7 +17,7 @@ from gaugelab.study.checkpoint import (
 from gaugelab.study.runner import AdmissionError, RunContext, ValidationStop, execute_run
 from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.store import DEFAULT_STORE_PATH, TERMINATION_CLASSES, RunStore, StoreError
-from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
+from gaugelab.study.sweep import Sweep, SweepInterrupted, SweepResult, run_sweep
 
 _CHECKPOINT = ("Checkpoint", "latest_checkpoint", "load_checkpoint", "save_checkpoint")
 
@@ -42,6 +42,7 @@ __all__ = [
     "RunStore",
     "StoreError",
     "Sweep",
+    "SweepInterrupted",
     "SweepResult",
     "ValidationStop",
     "execute_run",

@@ -54,6 +54,7 @@ __all__ = [
     "AdmissionError",
     "Outcome",
     "RunContext",
+    "RunInterrupted",
     "ValidationStop",
     "execute_run",
     "rebuild_spec",
@@ -74,6 +75,15 @@ class ValidationStop(Exception):
 
 class AdmissionError(ValueError):
     """A spec that cannot be run (rejected before any training)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """``KeyboardInterrupt`` out of :func:`execute_run`, after the attempt was recorded as
+    ``cancelled``; :attr:`outcome` is that attempt's :class:`Outcome`."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.message)
+        self.outcome = outcome
 
 
 @dataclass(frozen=True)
@@ -215,7 +225,7 @@ def execute_run(
     Returns:
         The attempt's :class:`Outcome` (:data:`HELD` or :data:`REUSED` when no attempt was
         opened). Exceptions are recorded, not raised — except that ``KeyboardInterrupt`` is
-        re-raised after the attempt is recorded as ``cancelled``.
+        recorded as ``cancelled`` and raised again as :class:`RunInterrupted`.
     """
     store = _worker_store(store_path)  # stays open for this worker's next run
     if _STOPPING:
@@ -244,11 +254,12 @@ def execute_run(
             if beat.stopped is not None and not beat.stopped.startswith("driver"):
                 # another process ended this attempt (it judged its heartbeat stale)
                 return Outcome(identity, ordinal, "infrastructure_failure", beat.stopped)
+            message = beat.stopped or "interrupted"
             with contextlib.suppress(ValueError):  # already ended
-                store.end_attempt(attempt_id, "cancelled", beat.stopped or "interrupted")
+                store.end_attempt(attempt_id, "cancelled", message)
             if beat.stopped is not None:  # the driver is gone: nobody waits for this worker
                 os._exit(1)
-        raise
+        raise RunInterrupted(Outcome(identity, ordinal, "cancelled", message)) from None
     finally:
         beat.stop()
     store.end_attempt(attempt_id, termination, message)
@@ -272,6 +283,8 @@ def _execute(
     try:
         _RUNNING = True
         try:
+            if _STOPPING:  # SIGINT arrived while the run was being claimed
+                raise KeyboardInterrupt
             spec = rebuild_spec(module, qualname, payload)
             if spec.identity() != identity:
                 raise AdmissionError(f"the rebuilt spec has identity {spec.identity()[:16]}…")

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from multiprocessing import get_context
+from pathlib import Path
 from typing import Any
 
-from gaugelab.study.runner import Outcome, execute_run, spec_reference
+from gaugelab.study._executors import POLL_SECONDS, InProcess, Labels, LocalPool, RayPool, Task
+from gaugelab.study.runner import HELD, REUSED, Outcome, RunInterrupted, spec_reference
 from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+
+__all__ = ["EXECUTORS", "Sweep", "SweepInterrupted", "SweepResult", "run_sweep"]
 
 EXECUTORS = ("local", "ray")
 
@@ -104,67 +105,57 @@ class SweepResult:
 
     Attributes:
         completed: identities completed in this sweep.
-        skipped: identities already completed in the store (not run again).
+        skipped: identities already completed in the store (not run again), including runs
+            that another live process was executing and completed while this sweep waited.
         failed: final outcome of every run that did not complete (its termination class and
             message), after retries.
         outcomes: every attempt's outcome, retries included.
+        reexecuted: identity → why a completed run was executed again: its recorded artifacts
+            failed verification (:meth:`~gaugelab.study.store.RunStore.verify_artifacts`,
+            one problem per file, joined by ``"; "``).
+        waited: identities that another live process held when this sweep reached them (the
+            sweep waited for it, then reused its result — or ran the run itself if it died).
     """
 
     completed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[Outcome] = field(default_factory=list)
     outcomes: list[Outcome] = field(default_factory=list)
+    reexecuted: dict[str, str] = field(default_factory=dict)
+    waited: list[str] = field(default_factory=list)
 
     @property
     def resumed(self) -> dict[str, int]:
         """Identity → the checkpoint step its attempt resumed from (runs that resumed)."""
         return {o.identity: o.resumed_from for o in self.outcomes if o.resumed_from is not None}
 
+    @property
+    def restarted(self) -> dict[str, str]:
+        """Identity → why its latest checkpoint was set aside (files differing from the
+        store's record) and the run started from step 0."""
+        return {o.identity: o.checkpoint_rejected for o in self.outcomes if o.checkpoint_rejected}
 
-def _execute(threads: int | None, *args: Any) -> Outcome:
-    """:func:`execute_run` with ``threads`` torch threads in this worker (None: as is)."""
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-    return execute_run(*args)
-
-
-def _in_process(threads: int | None, *args: Any, progress=None) -> Outcome:
-    """:func:`execute_run` in this process with ``threads`` torch threads, restoring the thread
-    count afterwards; the run's progress reports reach ``progress``."""
-    import torch
-
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        return execute_run(*args, progress=progress)
-    finally:
-        torch.set_num_threads(before)
+    @property
+    def done(self) -> int:
+        """Runs of the sweep that are complete: completed here or reused."""
+        return len(set(self.completed) | set(self.skipped))
 
 
-def _ray_executor(max_workers: int | None, address: str | None):
-    try:
-        import ray
-    except ImportError:
-        raise ValueError(
-            "run_sweep: executor='ray' needs Ray; install gaugelab[ray] (pip install 'ray')"
-        ) from None
-    if not ray.is_initialized():
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            # a local cluster imports what this process can: spec classes outside gaugelab too
-            path = os.pathsep.join(p for p in sys.path if p)
-            ray.init(
-                num_cpus=max_workers or os.cpu_count(),
-                include_dashboard=False,
-                log_to_driver=False,
-                runtime_env={"env_vars": {"PYTHONPATH": path}},
-            )
-    remote = ray.remote(num_cpus=1, max_retries=0)(_execute)
-    return ray, remote
+class SweepInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`run_sweep`; completed runs are kept in the store.
+
+    Runs that were executing are recorded as ``cancelled``; running the same sweep again
+    resumes them from their latest checkpoints.
+
+    Attributes:
+        done: runs of the sweep that are complete (completed before or during it, or reused).
+        total: all runs of the sweep.
+        result: the :class:`SweepResult` so far.
+    """
+
+    def __init__(self, done: int, total: int, result: SweepResult) -> None:
+        super().__init__(f"interrupted: {done} of {total} runs complete")
+        self.done, self.total, self.result = done, total, result
 
 
 def run_sweep(
@@ -181,12 +172,22 @@ def run_sweep(
 ) -> SweepResult:
     """Run every spec of a sweep that has not completed yet.
 
+    Several processes may run the same sweep into one store at once: each run is claimed
+    atomically (:meth:`~gaugelab.study.store.RunStore.claim`), so no run trains twice; a run
+    that another live process holds is waited for (polled every
+    :data:`~gaugelab.study._executors.POLL_SECONDS`) while this sweep goes on with the others,
+    then reused — or executed, resuming from its checkpoint, if its owner died. A completed run
+    is reused only if its recorded artifacts still match their sha256
+    (:meth:`~gaugelab.study.store.RunStore.verify_artifacts`); otherwise it is executed again
+    as a new attempt (:attr:`SweepResult.reexecuted`).
+
     Args:
         sweep: the sweep.
         executor: ``"local"`` (a ``ProcessPoolExecutor`` with the ``spawn`` start method; with
             ``max_workers=1`` the runs execute one after another in this process, so a script
             without an ``if __name__ == "__main__":`` guard works) or ``"ray"``
-            (``ray.init(address=address)``, or a local Ray of ``max_workers`` CPUs).
+            (``ray.init(address=address)``, or a local Ray of ``max_workers`` CPUs; a Ray this
+            call initialised is shut down before it returns).
         max_workers: worker processes (default: the CPU count).
         store: the run store path (created if missing).
         retries: extra attempts for a retryable infrastructure failure (never chosen by score).
@@ -196,15 +197,21 @@ def run_sweep(
         progress: called as ``progress(done, total)`` once before the first attempt (with
             ``done = 0``; ``total`` counts the runs still to do) and after every finished one.
         step_progress: ``step_progress(label, step, total)`` from inside the runs (e.g. a
-            rule's steps), when they execute in this process (``max_workers=1``, local).
+            rule's steps), called in this process and thread, wherever the runs execute
+            (worker processes report a few times per second per run). The label is the run's
+            own (``RunContext.progress``), suffixed ``" · <identity[:8]>"`` while another run
+            in flight uses the same one.
 
     Returns:
         A :class:`SweepResult`.
 
     Raises:
+        SweepInterrupted: Ctrl-C (``KeyboardInterrupt``): queued runs are dropped, running
+            ones stopped within a few seconds and recorded as ``cancelled``, worker processes
+            ended; completed runs are kept.
         ValueError: unknown executor, negative retries, ``max_workers`` or ``threads`` < 1, a
             spec without ``execute``, or Ray missing.
-        StoreError: ``store`` is not a gaugelab run store.
+        StoreError: ``store`` is not a gaugelab run store (or cannot be created or written).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"run_sweep: executor={executor!r}; allowed: {', '.join(EXECUTORS)}")
@@ -217,87 +224,103 @@ def run_sweep(
             raise ValueError(f"run_sweep: {arg}={value!r}; allowed: an integer >= 1 or None")
     if not callable(getattr(sweep.spec, "execute", None)):
         raise ValueError(f"run_sweep: {type(sweep.spec).__name__} defines no execute(run)")
+    specs = {spec.identity(): spec for spec in sweep.specs()}  # first of each identity
     result = SweepResult()
-    pending: dict[str, tuple[str, str, str]] = {}
-    with RunStore(store) as db:
-        db.add_study(sweep.study, sweep.spec)
-        for spec in sweep.specs():
-            identity = spec.identity()
-            db.register_run(Manifest.for_spec(spec), study=sweep.study)
-            if identity in pending or db.completed(identity):
-                if identity not in pending:
-                    result.skipped.append(identity)
-                continue
-            pending[identity] = spec_reference(spec)
-    store_path = os.fspath(store)
-    total, done = len(pending), 0
-    if progress is not None:
-        progress(0, total)
-    attempts_left = {identity: retries for identity in pending}
-    queue = list(pending)
-    while queue:
-        outcomes = _dispatch(
-            executor, queue, pending, store_path, max_workers, address, threads, step_progress
-        )
-        queue = []
-        for outcome in outcomes:
-            result.outcomes.append(outcome)
-            if outcome.termination == "completed":
-                result.completed.append(outcome.identity)
-            elif outcome.retryable and attempts_left[outcome.identity] > 0:
-                attempts_left[outcome.identity] -= 1
-                queue.append(outcome.identity)
-                continue
+    store_path = os.fspath(Path(store).absolute())
+    try:
+        with RunStore(store_path) as db:
+            tasks = _register(db, sweep, specs, result)
+            labels = Labels(step_progress)
+            if executor == "ray":
+                backend = RayPool(store_path, max_workers, address, threads, labels)
+            elif max_workers == 1:
+                backend = InProcess(store_path, threads, labels)
             else:
-                result.failed.append(outcome)
-            done += 1
-            if progress is not None:
-                progress(done, total)
+                backend = LocalPool(store_path, max_workers, threads, labels)
+            _drive(db, backend, tasks, result, retries, progress)
+    except SweepInterrupted:
+        raise
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, RunInterrupted):
+            result.outcomes.append(exc.outcome)
+        raise SweepInterrupted(result.done, len(specs), result) from None
     return result
 
 
-def _dispatch(
-    executor, identities, pending, store_path, max_workers, address, threads, step_progress
-) -> list[Outcome]:
-    if executor == "ray":
-        ray, remote = _ray_executor(max_workers, address)
-        refs = {identity: remote.remote(threads, store_path, identity, *pending[identity])
-                for identity in identities}  # fmt: skip
-        outcomes = []
-        for identity, ref in refs.items():
-            try:
-                outcomes.append(ray.get(ref))
-            except Exception as exc:  # the worker died: the environment failed, not the run
-                outcomes.append(_lost(store_path, identity, f"{type(exc).__name__}: {exc}"))
-        return outcomes
-    if max_workers == 1:
-        return [
-            _in_process(threads, store_path, i, *pending[i], progress=step_progress)
-            for i in identities
-        ]
-    outcomes = []
-    with ProcessPoolExecutor(max_workers=max_workers, mp_context=get_context("spawn")) as pool:
-        futures = {
-            pool.submit(_execute, threads, store_path, i, *pending[i]): i for i in identities
-        }
-        for future in as_completed(futures):
-            identity = futures[future]
-            try:
-                outcomes.append(future.result())
-            except BrokenProcessPool as exc:
-                outcomes.append(_lost(store_path, identity, f"worker process died: {exc}"))
-    return outcomes
+def _register(
+    db: RunStore, sweep: Sweep, specs: dict[str, ExperimentSpec], result: SweepResult
+) -> dict[str, Task]:
+    """Record the study and its runs; the runs to execute (reused ones go to ``skipped``)."""
+    db.add_study(sweep.study, sweep.spec)
+    tasks = {}
+    for identity, spec in specs.items():
+        db.register_run(Manifest.for_spec(spec), study=sweep.study)
+        done = [a.ordinal for a in db.attempts(identity) if a.termination == "completed"]
+        distrust = 0
+        if done:
+            problems = db.verify_artifacts(identity, ordinal=done[-1])
+            if not problems:
+                result.skipped.append(identity)
+                continue
+            result.reexecuted[identity] = "; ".join(problems)
+            distrust = done[-1]
+        tasks[identity] = Task(identity, spec_reference(spec), distrust)
+    return tasks
 
 
-def _lost(store_path: str, identity: str, message: str) -> Outcome:
-    """Record an attempt whose worker vanished (its own record may be missing or open)."""
-    with RunStore(store_path, create=False) as db:
-        attempts = db.attempts(identity)
-        if attempts and attempts[-1].termination is None:
-            db.end_attempt(attempts[-1].id, "infrastructure_failure", message)
-            ordinal = attempts[-1].ordinal
-        else:
-            attempt_id = db.start_attempt(identity)
-            db.end_attempt(attempt_id, "infrastructure_failure", message)
-            ordinal = db.attempts(identity)[-1].ordinal
-    return Outcome(identity, ordinal, "infrastructure_failure", message, retryable=True)
+def _drive(
+    db: RunStore,
+    backend: InProcess | LocalPool | RayPool,
+    tasks: dict[str, Task],
+    result: SweepResult,
+    retries: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Execute ``tasks`` on ``backend`` until each completed, failed for good, or was reused
+    after another process held it; stops the backend on the way out (interrupted or not)."""
+    total, done = len(tasks), 0
+    if progress is not None:
+        progress(0, total)
+    attempts_left = dict.fromkeys(tasks, retries)
+    queue, waiting = list(tasks), set()
+    try:
+        while queue or waiting or backend.busy:
+            for identity in queue:
+                backend.submit(tasks[identity])
+            queue = []
+            for outcome in backend.poll(POLL_SECONDS) if backend.busy else []:
+                identity = outcome.identity
+                if outcome.termination == HELD:
+                    waiting.add(identity)
+                    if identity not in result.waited:
+                        result.waited.append(identity)
+                    continue
+                if outcome.termination == REUSED:
+                    result.skipped.append(identity)
+                else:
+                    result.outcomes.append(outcome)
+                    if outcome.termination == "completed":
+                        result.completed.append(identity)
+                    elif outcome.retryable and attempts_left[identity] > 0:
+                        attempts_left[identity] -= 1
+                        queue.append(identity)
+                        continue
+                    else:
+                        result.failed.append(outcome)
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+            if waiting:
+                ready = [i for i in sorted(waiting) if db.holder(i) is None]
+                waiting.difference_update(ready)
+                queue += ready
+                if not (queue or backend.busy):
+                    time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        for outcome in backend.interrupt():
+            result.outcomes.append(outcome)
+            if outcome.termination == "completed":
+                result.completed.append(outcome.identity)
+        raise
+    finally:
+        backend.close()
