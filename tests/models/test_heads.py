@@ -119,3 +119,51 @@ def test_head_views_reject_a_mapping_that_does_not_fit_the_config(change, match)
 def test_head_weight_rejects_an_unknown_role():
     with pytest.raises(ValueError, match="role='W_X'; allowed: W_Q, W_K, W_V, W_O"):
         head_weight(params(Transformer(GQA, dtype=F64)), GQA, "W_X")
+
+
+def _adapted(merge: bool):
+    """A GQA model with LoRA on q_proj and o_proj (random factors, both nonzero) and the plain
+    model whose weights are the effective ones, W + s·B A."""
+    from gaugelab.models.lora import inject_lora, merge_lora
+
+    model = Transformer(GQA, dtype=F64, seed=1)
+    plain = Transformer(GQA, dtype=F64, seed=1)
+    gen = torch.Generator().manual_seed(5)
+    factors = {}
+    for layer in range(GQA.n_layers):
+        for proj in ("q_proj", "o_proj"):
+            weight = plain.get_submodule(f"blocks.{layer}.attn.{proj}").weight
+            A = torch.randn(2, weight.shape[1], generator=gen, dtype=F64)
+            B = torch.randn(weight.shape[0], 2, generator=gen, dtype=F64)
+            factors[f"blocks.{layer}.attn.{proj}"] = (A, B)
+            with torch.no_grad():
+                weight += (B @ A) * 1.5  # s = alpha / r = 3 / 2
+    inject_lora(model, ["q_proj", "o_proj"], r=2, alpha=3.0, init="given", factors=factors)
+    if merge:
+        merge_lora(model)
+    return model, plain
+
+
+def test_per_head_views_of_a_lora_model_name_the_adapter_and_the_way_out():
+    model, _ = _adapted(merge=False)
+    with pytest.raises(ValueError, match=r"blocks\.0\.attn\.q_proj is LoRA-adapted.*"
+                                         r"effective_weights\(model\)"):  # fmt: skip
+        _ = model.W_Q
+    with pytest.raises(ValueError, match="LoRA-adapted"):
+        qk_invariants(params(model), GQA)
+
+
+@pytest.mark.parametrize("merge", [False, True], ids=["unmerged", "merged"])
+def test_effective_weights_give_the_per_head_views_of_the_model_that_runs(merge):
+    from gaugelab.models.heads import effective_weights
+
+    model, plain = _adapted(merge)
+    got = head_weights(effective_weights(model), GQA)
+    for mine, reference in zip(got, views(plain)[:4], strict=True):
+        assert (mine - reference).abs().max() <= 1e-12
+    x = torch.randint(0, GQA.d_vocab, (3, GQA.n_ctx), generator=torch.Generator().manual_seed(0))
+    assert (model(x) - plain(x)).abs().max() <= 1e-12  # the same function
+    assert set(effective_weights(model)) == set(dict(plain.named_parameters()))
+    if not merge:  # the effective weight is connected to the factors
+        qk_invariants(effective_weights(model), GQA).square().sum().backward()
+        assert model.blocks[0].attn.q_proj.lora_A.grad.abs().sum() > 0

@@ -7,7 +7,9 @@ TransformerLens layout: per-head weights multiply on the right (``q = x W_Q[h]``
 mapping name → tensor that uses :class:`~gaugelab.models.Transformer`'s parameter names
 (``blocks.{l}.attn.q_proj.weight``, …), with optional leading dimensions ``*`` — one model's
 ``dict(model.named_parameters())``, or an ensemble's ``stacked_parameters()`` (``[E, out, in]``).
-Shape comments use L layers, H query heads, G key/value heads, D d_head, d d_model.
+Shape comments use L layers, H query heads, G key/value heads, D d_head, d d_model. A model with
+LoRA adapters holds its projections as ``….q_proj.base_layer.weight`` plus factors: read it
+through :func:`effective_weights` (``W + s·B A`` per adapted layer), which the views then accept.
 
 Source: singh2026lossbasis, §6 (the QK and OV invariants of a head).
 """
@@ -18,6 +20,7 @@ from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
 import torch
+from torch import nn
 
 from gaugelab.models.config import TransformerConfig
 
@@ -41,7 +44,52 @@ class HeadWeights(NamedTuple):
     W_O: torch.Tensor
 
 
+def effective_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``dict(model.named_parameters())`` with every LoRA-adapted layer read as one ``nn.Linear``.
+
+    A layer adapted by :func:`gaugelab.models.lora.inject_lora` holds its frozen weight as
+    ``<path>.base_layer.weight`` and its factors as ``<path>.lora_A`` / ``<path>.lora_B``; the
+    function it computes is the *effective* weight ``W + s·B A`` (``W`` alone once merged,
+    since merging adds ``s·B A`` into it). Here each such layer contributes ``<path>.weight``
+    (the effective weight, ``[d_out, d_in]``) and ``<path>.bias`` (the base bias, if any)
+    instead, so the per-head views of this module (:func:`head_weight`, :func:`qk_invariants`,
+    …) read the model that runs: ``qk_invariants(effective_weights(model), model.config)``.
+
+    Args:
+        model: any module (a :class:`~gaugelab.models.Transformer` with or without adapters).
+
+    Returns:
+        name → tensor in the parameters' dtype; the effective weights are computed (autograd
+        connects them to ``W``, ``A`` and ``B``), every other entry is the parameter itself.
+
+    Source: hu2021lora, §4.1 (``W + ΔW``, ``ΔW = s·B A``); seed 003 §0x08K (merge).
+    """
+    params = dict(model.named_parameters())
+    for path, module in model.named_modules():
+        base = getattr(module, "base_layer", None)
+        if not isinstance(base, nn.Linear) or not callable(getattr(module, "delta_weight", None)):
+            continue
+        prefix = f"{path}." if path else ""
+        for leaf in ("base_layer.weight", "base_layer.bias", "lora_A", "lora_B"):
+            params.pop(prefix + leaf, None)
+        merged = bool(getattr(module, "merged", False))
+        params[prefix + "weight"] = base.weight if merged else base.weight + module.delta_weight()
+        if base.bias is not None:
+            params[prefix + "bias"] = base.bias
+    return params
+
+
 def _weight(params: Mapping[str, torch.Tensor], name: str, shape: tuple[int, int]) -> torch.Tensor:
+    adapted = name.removesuffix("weight") + "base_layer.weight"
+    if name not in params and adapted in params:
+        layer = name.removesuffix(".weight")
+        raise ValueError(
+            f"head_weight: {layer} is LoRA-adapted: the mapping holds its frozen {adapted} and "
+            "its factors, not the weight the layer computes with (W + s·B A; the scale s is "
+            "not a parameter); allowed: the effective weights, "
+            "gaugelab.models.heads.effective_weights(model) (e.g. qk_invariants("
+            "effective_weights(model), model.config))"
+        )
     if name not in params:
         raise ValueError(
             f"head_weight: no parameter {name!r}; allowed: a mapping with Transformer's "
@@ -76,7 +124,8 @@ def head_weight(
 
     Raises:
         ValueError: unknown ``role``, a missing parameter, or one whose trailing shape does
-            not match ``config``.
+            not match ``config``; a LoRA-adapted projection (its ``base_layer.weight`` in
+            ``params``: pass :func:`effective_weights` of the model instead).
 
     Source: singh2026lossbasis, §6; the TransformerLens ``W_Q``/``W_O`` layout.
     """
@@ -161,6 +210,7 @@ def ov_invariants(params: Mapping[str, torch.Tensor], config: TransformerConfig)
 
 __all__ = [
     "HeadWeights",
+    "effective_weights",
     "head_weight",
     "head_weights",
     "ov_invariants",
