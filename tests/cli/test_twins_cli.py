@@ -40,6 +40,7 @@ def test_a_two_step_run_prints_the_triplet_and_is_reused_when_run_again(tmp_path
         (("--pairs", "0"), "--pairs 0"),
         (("--task", "text", "--text", "short.txt"),
          "--text short.txt has 11 characters; allowed: a text of at least 641 characters"),
+        (("--gauge-draw", "sobol"), "--gauge-draw 'sobol'; allowed: reference, haar"),
         (("--store", "a-file/s.sqlite"),
          "--store a-file/s.sqlite: {tmp}/a-file is a regular file, not a folder"),
     ],
@@ -126,3 +127,19 @@ def test_a_study_holds_exactly_the_runs_it_asked_for(tmp_path):
     assert one.exit_code == 0, one.output
     assert "1 run(s) were already completed in the store: reused" in one.output
     assert "scalar-adam" not in one.output  # the earlier study's other run is not shown
+
+
+def test_the_gauge_draw_is_part_of_the_run_identity(tmp_path):
+    store = tmp_path / "s.sqlite"
+    args = ("--steps", "1", "--optimizers", "adam", "--store", store)
+    reference = invoke(*args)
+    assert reference.exit_code == 0, reference.output
+    assert "float32, reference gauge draw; store" in reference.output
+    haar = invoke(*args, "--gauge-draw", "haar")
+    assert haar.exit_code == 0, haar.output
+    assert "reused" not in haar.output  # another draw, another run
+    from gaugelab.study.store import RunStore
+
+    with RunStore(store, create=False) as db:
+        draws = sorted(run.spec["twin"]["gauge_draw"] for run in db.runs())
+    assert draws == ["haar", "reference"]

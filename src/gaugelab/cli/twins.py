@@ -17,6 +17,7 @@ from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._errors import fail, guarded
+from gaugelab.equivariance.twins import GAUGE_DRAWS
 from gaugelab.experiments._twins_results import verdict_lines
 from gaugelab.experiments.twins import (
     DEFAULT_OPTIMIZERS,
@@ -33,7 +34,8 @@ from gaugelab.study.store import DEFAULT_STORE_PATH
 from gaugelab.tasks.text import TextTooShort
 
 OPTIONS = {"steps": "--steps", "dtype": "--dtype", "batch_size": "--batch-size",
-           "optimizer": "--optimizers", "compile": "--compile"}  # fmt: skip
+           "optimizer": "--optimizers", "compile": "--compile",
+           "gauge_draw": "--gauge-draw"}  # fmt: skip
 """TwinSpec fields → the options that set them (for its error messages)."""
 
 
@@ -58,6 +60,14 @@ def twins(
     quick: Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, for a first look.")] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
     pairs: Annotated[int, typer.Option(help="Init × gauge-draw pairs per optimizer.")] = 1,
+    gauge_draw: Annotated[
+        str,
+        typer.Option(
+            help="reference: Q of QR(randn) in float32 without a sign fix, as the reference "
+            "scripts (and float32 noise); haar: sign-fixed Haar draw (and float64 noise). Part "
+            "of the run identity."
+        ),
+    ] = "reference",
     executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
     max_workers: Annotated[
         int, typer.Option(help="Runs at once (each with --threads threads).")
@@ -126,6 +136,8 @@ def twins(
             raise ValueError(f"--task {task!r}; allowed: modular, text")
         if dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+        if gauge_draw not in GAUGE_DRAWS:
+            raise ValueError(f"--gauge-draw {gauge_draw!r}; allowed: {', '.join(GAUGE_DRAWS)}")
         if compile and not _cxx_compiler():
             raise ValueError(
                 "--compile needs a C++ compiler (g++ or clang++ on PATH, or $CXX) and none was "
@@ -143,7 +155,7 @@ def twins(
             try:
                 base = text_twin(
                     text, steps=steps or (100 if quick else 300), dtype=dtype,
-                    batch_size=batch_size, compile=compile,
+                    batch_size=batch_size, compile=compile, gauge_draw=gauge_draw,
                 )  # fmt: skip
             except TextTooShort as exc:
                 raise ValueError(
@@ -157,7 +169,7 @@ def twins(
             n = steps or (QUICK_STEPS if quick else 1500)
             marks = QUICK_CHECKPOINTS if quick and steps is None else TwinSpec().checkpoints
             base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype,
-                            compile=compile)  # fmt: skip
+                            compile=compile, gauge_draw=gauge_draw)  # fmt: skip
         sweep = plan(names, base=base, pairs=pairs, merge=merge)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
@@ -165,7 +177,8 @@ def twins(
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     header = (
         f"{total} twin run(s) ({', '.join(names)} × {pairs} pair(s)), {base.steps} step(s) each, "
-        f"{base.dtype}{', compiled' if base.compile else ''}; store {store}"
+        f"{base.dtype}, {base.gauge_draw} gauge draw{', compiled' if base.compile else ''}; "
+        f"store {store}"
     )
     outcome = run_with_bars(
         console, header, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
