@@ -64,6 +64,8 @@ def test_a_path_under_a_regular_file_is_refused_naming_the_option(tmp_path):
         check_location("--store", blocker / "s.sqlite")
     with pytest.raises(ValueError, match=f"^--out {blocker} is a regular file, not a folder"):
         check_location("--out", blocker, folder=True)
+    with pytest.raises(ValueError, match=f"^--store {tmp_path} is a folder; --store names a"):
+        check_location("--store", tmp_path)
     check_location("--store", tmp_path / "new" / "s.sqlite")  # a folder to be created: fine
     check_location("--out", None)
 

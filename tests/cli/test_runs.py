@@ -248,8 +248,11 @@ def test_show_accepts_an_unambiguous_prefix_of_4_characters(experiments_store):
 def test_report_out_under_a_regular_file_is_one_line_naming_the_option(store_path, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    for out in (blocker, blocker / "report"):
-        result = invoke("report", STUDY, "--store", store_path, "--out", out)
+    exports = [("runs", "export", "--out", blocker / "m.csv")]
+    reports = [("report", STUDY, "--out", out) for out in (blocker, blocker / "report")]
+    for args in reports + exports:
+        out = args[-1]
+        result = invoke(*args, "--store", store_path)
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith(f"error: --out {out}"), result.stderr
         assert "is a regular file, not a folder" in result.stderr

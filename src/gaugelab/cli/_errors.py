@@ -146,12 +146,13 @@ def check_location(
     Args:
         option: the option's name, for the message.
         path: its value (None: nothing to check).
-        folder: ``path`` names a folder (a report folder), so it must not be a regular file.
+        folder: ``path`` names a folder (a report folder), so it must not be a regular file;
+            otherwise it names a file (a store, an export), so it must not be a folder.
 
     Raises:
-        ValueError: a regular file stands where a folder of ``path`` must be, or ``path``
-            would be created in a folder this process cannot write (the message names the
-            option, the path and what to do).
+        ValueError: a regular file stands where a folder of ``path`` must be, a folder where
+            the file must be, or ``path`` would be created in a folder this process cannot
+            write (the message names the option, the path and what to do).
     """
     if path is None:
         return
@@ -159,6 +160,12 @@ def check_location(
     if folder and path.exists() and not path.is_dir():
         raise ValueError(
             f"{option} {path} is a regular file, not a folder; choose another {option}"
+        )
+    if not folder and path.is_dir():
+        raise ValueError(
+            f"{option} {path} is a folder; {option} names a file, e.g. {path / 'store.sqlite'}"
+            if option == "--store"
+            else f"{option} {path} is a folder; {option} names a file"
         )
     if (blocking := _regular_file_above(path)) is not None:
         raise ValueError(
