@@ -7,8 +7,10 @@ gd at 2e-2: 0.017.
 """
 
 import pytest
+from matplotlib.colors import to_hex
 from pydantic import ValidationError
 
+from gaugelab.experiments import sensing_report
 from gaugelab.experiments.dial import (
     DIAL_LRS,
     DIAL_PS,
@@ -98,3 +100,24 @@ def test_dial_tables_and_report(reduced, tmp_path):
     path = report(result, tmp_path / "dial")
     assert "Adam-p dial" in path.read_text(encoding="utf-8")
     assert (tmp_path / "dial" / "dial_recovery.png").is_file()
+
+
+def test_every_dial_line_keeps_its_colour_in_both_figures(reduced, tmp_path, monkeypatch):
+    _, result = reduced
+    figures = {}
+    save = sensing_report.save_figure
+
+    def keep(fig, directory, name, **kw):
+        figures[name] = fig
+        return save(fig, directory, name, **kw)
+
+    monkeypatch.setattr(sensing_report, "save_figure", keep)
+    sensing_report.dial_figures(result, tmp_path)
+    colours: dict[str, set] = {}
+    for fig in figures.values():
+        for line in fig.axes[0].lines:
+            colours.setdefault(line.get_label(), set()).add(to_hex(line.get_color()))
+    assert set(figures) == {"dial_recovery", "dial_effective_rank"}
+    assert all(len(c) == 1 for c in colours.values())  # gd, planted, each arm: one colour
+    assert colours["per-p rate"] == {"#000000"} and "gd" in colours
+    assert len({next(iter(c)) for c in colours.values()}) == len(colours)  # all distinct
