@@ -102,16 +102,9 @@ def test_dial_tables_and_report(reduced, tmp_path):
     assert (tmp_path / "dial" / "dial_recovery.png").is_file()
 
 
-def test_every_dial_line_keeps_its_colour_in_both_figures(reduced, tmp_path, monkeypatch):
+def test_every_dial_line_keeps_its_colour_in_both_figures(reduced, tmp_path, saved_figures):
     _, result = reduced
-    figures = {}
-    save = sensing_report.save_figure
-
-    def keep(fig, directory, name, **kw):
-        figures[name] = fig
-        return save(fig, directory, name, **kw)
-
-    monkeypatch.setattr(sensing_report, "save_figure", keep)
+    figures = saved_figures
     sensing_report.dial_figures(result, tmp_path)
     colours: dict[str, set] = {}
     for fig in figures.values():

@@ -178,16 +178,9 @@ def test_tables_and_report(reduced, tmp_path):
         assert (tmp_path / "report" / f"{name}.png").is_file()
 
 
-def test_one_colour_per_rule_and_no_overlapping_scatter_labels(reduced, tmp_path, monkeypatch):
+def test_one_colour_per_rule_and_no_overlapping_scatter_labels(reduced, tmp_path, saved_figures):
     _, _, result, _ = reduced
-    figures = {}
-    save = sensing_report.save_figure
-
-    def keep(fig, directory, name, **kw):
-        figures[name] = fig
-        return save(fig, directory, name, **kw)
-
-    monkeypatch.setattr(sensing_report, "save_figure", keep)
+    figures = saved_figures
     sensing_report.zoo_figures(result, tmp_path)
     colours: dict[str, set] = {}
     scatter = figures["recovery_vs_effective_rank"].axes[0]
