@@ -43,6 +43,23 @@ def wide_console() -> Console:
     return Console(width=200 if wide else None)
 
 
+def _is_number(cell: object) -> bool:
+    """A cell that reads as a number: a real, a formatted one (``"3.62e-03"``, ``"0.979*"``
+    with a footnote mark) or an empty cell (``None``, ``"—"``)."""
+    if cell is None or isinstance(cell, bool):
+        return cell is None
+    if isinstance(cell, numbers.Real):
+        return True
+    text = str(cell).strip().rstrip("*")
+    if text in ("", "—"):
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 class FittedTable:
     """A report table that fits the console it is printed on, without breaking a value.
 
@@ -58,11 +75,8 @@ class FittedTable:
         self.table = table
         self.label_columns = label_columns
         self._cells = [[format_number(cell) for cell in row] for row in table.rows]
-        self._numeric = [
-            all(c is None or (isinstance(c, numbers.Real) and not isinstance(c, bool))
-                for c in column)
-            for column in zip(*table.rows, strict=True)
-        ] or [False] * len(table.columns)  # fmt: skip
+        self._numeric = [all(map(_is_number, column)) for column in zip(*table.rows, strict=True)]
+        self._numeric = self._numeric or [False] * len(table.columns)
 
     def _widths(self, i: int) -> tuple[int, int]:
         """Column ``i``'s (narrowest, natural) width: its longest word and its longest text."""
