@@ -1,0 +1,245 @@
+"""``gaugelab lora``: LoRA on real text — ``finetune`` and ``inspect``.
+
+``finetune`` parses its options into a :class:`~gaugelab.experiments.lora.FinetuneSpec`, makes
+one library call (:func:`gaugelab.experiments.lora.run_lora_finetune`: pretrain, fine-tune every
+candidate, collect, report) and renders what it returns. ``inspect`` calls
+:func:`gaugelab.experiments.lora.run_lora_inspect` on an adapter folder, a candidate of a stored
+study or a run identity, and renders its tables.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from gaugelab.cli._console import (
+    print_outcome,
+    rich_table,
+    run_with_bars,
+    wide_console,
+    working,
+)
+from gaugelab.cli._errors import check_location, fail, guarded
+from gaugelab.experiments._study import ArtifactError
+from gaugelab.experiments.lora import (
+    FULL_LR,
+    LORA_LR,
+    FinetuneSpec,
+    PretrainSpec,
+    inspect_tables,
+    plan,
+    quick_spec,
+    resolve_targets,
+    run_lora_finetune,
+    run_lora_inspect,
+    tables,
+)
+from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
+from gaugelab.study.sweep import EXECUTORS
+
+__all__ = ["finetune", "inspect", "lora_app", "register"]
+
+OPTIONS = {
+    "ranks": "--ranks", "seeds": "--seeds", "steps": "--steps", "lr": "--lr",
+    "full_lr": "--full-lr", "targets": "--targets", "alpha_ratio": "--alpha-ratio",
+    "rslora": "--rslora", "full": "--full", "init": "--init", "batch_size": "--batch-size",
+}  # fmt: skip
+"""FinetuneSpec fields → the options of ``gaugelab lora finetune`` (for its error messages)."""
+
+lora_app = typer.Typer(
+    name="lora",
+    help="LoRA on real text: fine-tune a character Transformer (full and LoRA at several "
+    "ranks) and inspect adapters (rank policies, truncation, the evidence ladder).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{option} {text!r}; allowed: comma-separated integers") from None
+    if not values:
+        raise ValueError(f"{option} is empty; allowed: comma-separated integers")
+    return values
+
+
+def finetune(
+    ranks: Annotated[str, typer.Option(help="LoRA ranks, one candidate each.")] = "1,4,16",
+    full: Annotated[bool, typer.Option(help="Include full fine-tuning.")] = True,
+    rslora: Annotated[bool, typer.Option(help="rsLoRA scale α/√r instead of α/r.")] = False,
+    targets: Annotated[
+        str,
+        typer.Option(
+            help="Projections LoRA adapts in every block: attention, mlp, or module names "
+            "(q_proj, k_proj, v_proj, o_proj, fc_in, fc_out), comma-separated."
+        ),
+    ] = "attention,mlp",
+    alpha_ratio: Annotated[float, typer.Option(help="lora_alpha = ratio · r.")] = 2.0,
+    seeds: Annotated[
+        str, typer.Option(help="Seeds, comma-separated (trained as one ensemble per candidate).")
+    ] = "0",
+    lr: Annotated[float, typer.Option(help="LoRA learning rate (AdamW peak).")] = LORA_LR,
+    full_lr: Annotated[
+        float, typer.Option(help="Full fine-tuning learning rate (AdamW peak).")
+    ] = FULL_LR,
+    steps: Annotated[
+        int | None, typer.Option(help="Fine-tuning steps (default 800; 20 with --quick).")
+    ] = None,
+    pretrain_steps: Annotated[
+        int | None, typer.Option(help="Pretrain steps (default 2000; 30 with --quick).")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="A 2-layer, d_model 32 model and a few steps: seconds.")
+    ] = False,
+    dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
+    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
+    max_workers: Annotated[int, typer.Option(help="Runs at once (after the pretrain).")] = 1,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (with --executor ray).")
+    ] = None,
+    threads: Annotated[
+        int, typer.Option(help="Torch threads per run (one is fastest for this small model).")
+    ] = 1,
+    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
+    out: Annotated[
+        Path | None, typer.Option(help="Report folder (default: in the store's).")
+    ] = None,
+) -> None:
+    """Pretrain a character Transformer on tiny-shakespeare, then fine-tune it on Python.
+
+    The target domain is the pinned standard-library source of this interpreter; candidates
+    are full fine-tuning and LoRA at every rank of --ranks, each a stored, resumable run that
+    logs both domains' validation loss and records its adapter (PEFT format) or dense deltas.
+    The pretrain is a stored run of its own, reused by every study that starts from it. The
+    defaults take about ten minutes on two cores; `gaugelab lora inspect full` (or
+    `"lora r=4"`) then reads what a candidate learned.
+    """
+    console = wide_console()
+    try:
+        if executor not in EXECUTORS:
+            raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
+        for option, value in (("--max-workers", max_workers), ("--threads", threads)):
+            if value < 1:
+                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+        for option, value in (("--steps", steps), ("--pretrain-steps", pretrain_steps)):
+            if value is not None and value < 1:
+                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+        chosen = resolve_targets(targets)
+        fields = dict(ranks=_ints(ranks, "--ranks"), full=full, rslora=rslora, targets=chosen,
+                      alpha_ratio=alpha_ratio, seeds=_ints(seeds, "--seeds"), lr=lr,
+                      full_lr=full_lr)  # fmt: skip
+        pretrain: dict = {"dtype": dtype}
+        if pretrain_steps is not None:
+            pretrain["steps"] = pretrain_steps
+        if steps is not None:
+            fields["steps"] = steps
+        if quick:
+            spec = quick_spec(pretrain=pretrain, **fields)
+        else:
+            spec = FinetuneSpec(pretrain=PretrainSpec(**pretrain), **fields)
+        sweep = plan(spec)
+        total = len(sweep.specs())
+    except (ValueError, FileNotFoundError) as exc:
+        raise fail(exc, OPTIONS) from None
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
+    p = spec.pretrain
+    header = (
+        f"pretrain ({p.n_layers} layers, d_model {p.d_model}, {p.steps} steps) + {total} "
+        f"candidate(s) ({', '.join(spec.candidates())}) × seeds {list(spec.seeds)}, "
+        f"{spec.steps} steps each, {p.dtype}; store {store}"
+    )
+    outcome = run_with_bars(
+        console, header, "lora runs", run_lora_finetune, spec, store=store, executor=executor,
+        max_workers=max_workers, threads=threads, address=address, report_dir=out,
+        study_name=sweep.study,
+    )  # fmt: skip
+    result = outcome.result
+    lines = [Text(f"{c.label}: run {c.state.identity[:12]}") for c in result.candidates]
+    print_outcome(console, outcome, tables(result), notes=lines, label_columns=1)
+    if result.candidates:
+        where = "" if store == DEFAULT_STORE_PATH else f" --store {store}"
+        last = result.candidates[-1].label
+        console.print(Text(f"inspect a candidate: gaugelab lora inspect {last!r}{where}"))
+
+
+def inspect(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="An adapter folder (PEFT format), a candidate of a stored study (full, "
+            "'lora r=4'), or a run identity (4+ hex characters).",
+            show_default=False,
+        ),
+    ],
+    ranks: Annotated[str, typer.Option(help="Truncation ranks.")] = "1,4,16",
+    seed: Annotated[
+        int | None, typer.Option(help="Which seed of the run (default: its first).")
+    ] = None,
+    study: Annotated[
+        str | None,
+        typer.Option(help="Study of a candidate label (default: the newest that has it)."),
+    ] = None,
+    evidence: Annotated[
+        bool,
+        typer.Option(help="Compute the evidence ladder (needs the base model and its data)."),
+    ] = True,
+    threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
+    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
+    out: Annotated[
+        Path | None, typer.Option(help="Report folder (default: in the store's).")
+    ] = None,
+    report: Annotated[bool, typer.Option(help="Write the HTML report and figures.")] = True,
+) -> None:
+    """What an adapter's updates are: rank policies, spectrum, truncation, evidence ladder.
+
+    Per adapted module: the configured rank, every rank policy (algebraic, numerical, stable,
+    energy at 90% and 99%, both entropy ranks), the spectrum (figure) and the weight-space
+    truncation table — from the factors alone. For a stored run (or an adapter whose base is a
+    stored pretrain run) also the evidence ladder: weight residual, output residual on the
+    layer's real inputs, and target validation loss when each update is replaced by its
+    weight-SVD or its output-weighted rank-r truncation, per layer and jointly. A plain PEFT
+    folder gets what the factors allow, and the list of what could not be computed.
+    """
+    from gaugelab.cli.bench import pinned_threads
+
+    console = wide_console()
+    try:
+        wanted = _ints(ranks, "--ranks")
+        if any(r < 0 for r in wanted):
+            raise ValueError(f"--ranks {ranks}; allowed: integers >= 0")
+        check_location("--out", out, folder=True)
+        with pinned_threads(threads), working(console, f"inspecting {source}"):
+            result, path = run_lora_inspect(
+                source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
+                report_dir=out, write_report=report,
+            )  # fmt: skip
+    except (ValueError, FileNotFoundError, FileExistsError, StoreError, ArtifactError) as exc:
+        options = {"seed": "--seed", "ranks": "--ranks", "study": "--study"}
+        raise fail(str(exc).removeprefix("inspect_lora: "), options) from None
+    for table in inspect_tables(result):
+        console.print(rich_table(table, label_columns=1))
+    for line in result.not_computed:
+        console.print(Text(f"not computed: {line}", style="yellow"))
+    if result.other_updates:
+        console.print(Text("also updated, not analysed: " + ", ".join(result.other_updates)))
+    if path is not None:
+        console.print(Text(f"report: {path}"))
+
+
+lora_app.command("finetune")(guarded(finetune))
+lora_app.command("inspect")(guarded(inspect))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gaugelab lora`` (``finetune``, ``inspect``) to ``app``."""
+    app.add_typer(lora_app, name="lora")

@@ -1,0 +1,409 @@
+"""``inspect_lora``: what one adapter's updates are — rank policies, truncation, evidence ladder.
+
+A source is a stored fine-tuning run (an identity prefix: its adapter, or for full fine-tuning
+its dense deltas, read after the sha256 check) or a PEFT adapter folder. Per adapted module it
+reports the configured rank, every rank policy (seed 003 §0x04I, plus §0x0BE's 90%-energy
+rank), the spectrum and the weight-space truncation table (§0x04D) — all from the factors
+alone, in factor space — and, when gaugelab knows the base model and its data (a stored run, or
+an adapter whose ``base_model_name_or_path`` names a pretrain run in the store), the evidence
+ladder of §0x04M (:mod:`gaugelab.experiments._lora_ladder`). What could not be computed is
+listed, with why.
+
+Source: seed 003 §0x04 (reconstruction), §0x04I (policies), §0x04M (ladder), §0x0BE–0x0BF.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gaugelab.adapters import Adapter
+from gaugelab.experiments._lora_ladder import (
+    JointRow,
+    LadderRow,
+    Replacer,
+    capture_inputs,
+    ladder,
+    mean_loss,
+)
+from gaugelab.experiments._lora_spec import ALL_TARGETS, FinetuneSpec, PretrainSpec
+from gaugelab.experiments._lora_train import (
+    BASE_PREFIX,
+    base_model,
+    eval_batches,
+    pretrain_weights,
+    read_adapter_bytes,
+)
+from gaugelab.experiments._study import ArtifactError, verified_bytes, verified_json
+from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
+from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+from gaugelab.tasks import TwoDomainText
+
+_LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class ModuleReport:
+    """One adapted module's update ``ΔW`` ``[d_out, d_in]``.
+
+    Attributes:
+        module: its path; layer: the block index (``None`` outside the blocks); family:
+            ``attention``, ``mlp`` or ``other``.
+        shape: ``(d_out, d_in)``; configured: the LoRA rank (``None`` for a dense update);
+            scale: ``s`` (``None`` for a dense update).
+        policies: every rank policy (:func:`gaugelab.lowrank.rank_policies`, 99% energy).
+        energy90: §0x0BE's rank: the smallest ``k`` with 90% of ``‖ΔW‖_F²``.
+        sigma: the singular values, non-increasing.
+        truncation: one :class:`gaugelab.lowrank.TruncationRow` per rank (factors dropped).
+        ladder: one :class:`LadderRow` per rank (empty when the ladder was not computed).
+    """
+
+    module: str
+    layer: int | None
+    family: str
+    shape: tuple[int, int]
+    configured: int | None
+    scale: float | None
+    policies: tuple[RankReport, ...]
+    energy90: int
+    sigma: list[float]
+    truncation: list[dict[str, float | int | bool]]
+    ladder: list[LadderRow] = field(default_factory=list)
+
+    def policy(self, name: str) -> int | float | None:
+        """The value of the first policy whose id starts with ``name`` (``None`` if absent)."""
+        return next((p.value for p in self.policies if p.policy_id.startswith(name)), None)
+
+
+@dataclass
+class InspectResult:
+    """What :func:`inspect_lora` found.
+
+    Attributes:
+        source: what was inspected (a path, or ``run <identity[:12]>``); label: its candidate
+            (``lora r=4``, ``full``, or ``adapter``); method: ``lora`` or ``full``; seed: the
+            ensemble member inspected (``None`` for a folder).
+        ranks: the truncation ranks; modules: one :class:`ModuleReport` per module.
+        reference: target / retention validation loss of the model with the whole update
+            (``target``, ``retention``), without it (``base_target``, ``base_retention``),
+            and as the run logged them (``logged_target``, ``logged_retention``), where known.
+        joint: one :class:`JointRow` per rank (empty without the ladder).
+        not_computed: what could not be computed, and why.
+        other_updates: parameters the update also changed that are not analysed (dense).
+    """
+
+    source: str
+    label: str
+    method: str
+    seed: int | None
+    ranks: tuple[int, ...]
+    modules: list[ModuleReport]
+    reference: dict[str, float] = field(default_factory=dict)
+    joint: list[JointRow] = field(default_factory=list)
+    not_computed: list[str] = field(default_factory=list)
+    other_updates: list[str] = field(default_factory=list)
+
+    @property
+    def has_ladder(self) -> bool:
+        """Whether the evidence ladder was computed."""
+        return bool(self.joint)
+
+
+def _family(module: str) -> str:
+    leaf = module.rsplit(".", 1)[-1]
+    return {"q_proj": "attention", "k_proj": "attention", "v_proj": "attention",
+            "o_proj": "attention", "fc_in": "mlp", "fc_gate": "mlp", "fc_out": "mlp"}.get(
+        leaf, "other")  # fmt: skip
+
+
+@dataclass
+class _Source:
+    """What a source resolved to: updates, and (when known) base model and data."""
+
+    source: str
+    label: str
+    method: str
+    seed: int | None
+    factors: dict[str, tuple[torch.Tensor, torch.Tensor, float]]  # LoRA: B, A, s
+    dense: dict[str, torch.Tensor]  # full: module → ΔW (the 2-D linear updates)
+    others: dict[str, torch.Tensor]  # full: every other parameter's delta
+    dtype: torch.dtype
+    pretrain: PretrainSpec | None = None
+    weights: dict[str, torch.Tensor] | None = None
+    logged: dict[str, float] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -> _Source:
+    factors = {m: (a.B, a.A, a.scale) for m, a in adapter.modules.items()}
+    dtype = next(iter(adapter.modules.values())).A.dtype
+    found = _Source(source, kw.pop("label", "adapter"), "lora", kw.pop("seed", None), factors,
+                    {}, {}, dtype, **kw)  # fmt: skip
+    if adapter.config.fan_in_fan_out:
+        found.missing.append("fan_in_fan_out adapters are read as [d_out, d_in] updates")
+    return found
+
+
+def _pretrain_of(store: RunStore | None, identity: str) -> PretrainSpec | None:
+    if store is None:
+        return None
+    try:
+        row = store.run(identity)
+    except ValueError:
+        return None
+    return PretrainSpec.model_validate(row.spec) if row.kind == PretrainSpec.kind else None
+
+
+def _resolve_path(path: Path, store: RunStore | None) -> _Source:
+    adapter = Adapter.load(path)
+    found = _from_adapter(adapter, str(path), store)
+    name = adapter.config.base_model_name_or_path or ""
+    why = (
+        f"its base model ({name!r}) is not a gaugelab pretrain run"
+        if not name.startswith(BASE_PREFIX)
+        else f"its base model, pretrain run {name.removeprefix(BASE_PREFIX)[:12]}, is not "
+        f"completed in {store.path if store else 'the store'}"
+    )
+    spec = None
+    if name.startswith(BASE_PREFIX):
+        spec = _pretrain_of(store, name.removeprefix(BASE_PREFIX))
+    if spec is not None:
+        try:
+            found.weights, found.pretrain = pretrain_weights(store, spec), spec
+        except (ValueError, ArtifactError) as exc:  # AdmissionError is a ValueError
+            why = str(exc)
+    if found.pretrain is None:
+        found.missing.append(
+            f"evidence ladder (output residuals on real activations, end-to-end losses): {why}; "
+            "the weight-space columns need only the factors"
+        )
+    return found
+
+
+_CANDIDATE = re.compile(r"full|lora r=\d+")
+
+
+def _candidate_run(store: RunStore, label: str, study: str | None) -> str:
+    """The identity of candidate ``label`` in ``study`` (default: the newest fine-tuning
+    study of the store that has it)."""
+    studies = [s for s in store.studies() if s.kind == FinetuneSpec.kind]
+    if study is not None:
+        studies = [s for s in studies if s.name == study]
+        if not studies:
+            raise ValueError(
+                f"inspect_lora: study={study!r} is no fine-tuning study of {store.path}"
+            )
+    for row in reversed(studies):
+        for run in store.runs(row.name):
+            spec = run.spec
+            name = "full" if spec["full"] else f"lora r={spec['ranks'][0]}"
+            if name == label:
+                return run.identity
+    where = f"study {study!r}" if study else f"any fine-tuning study of {store.path}"
+    raise ValueError(f"inspect_lora: no candidate {label!r} in {where}")
+
+
+def _resolve_run(store: RunStore, prefix: str, seed: int | None) -> _Source:
+    row = store.run(prefix)
+    if row.kind != FinetuneSpec.kind:
+        raise ValueError(
+            f"inspect_lora: run {row.identity[:12]} is a {row.kind!r} run; allowed: a "
+            f"{FinetuneSpec.kind!r} run (a LoRA or full fine-tuning candidate) or an adapter "
+            "folder"
+        )
+    spec = FinetuneSpec.model_validate(row.spec)
+    done = [a.ordinal for a in store.attempts(row.identity) if a.termination == "completed"]
+    if not done:
+        raise ValueError(f"inspect_lora: run {row.identity[:12]} has not completed")
+    seed = spec.seeds[0] if seed is None else seed
+    if seed not in spec.seeds:
+        raise ValueError(f"inspect_lora: seed={seed}; allowed: {', '.join(map(str, spec.seeds))}")
+    artifacts = [a for a in store.artifacts(row.identity) if a.ordinal == done[-1]]
+    result = verified_json(next(a for a in artifacts if a.kind == "result"))
+    name = result["files"][str(seed)]
+    method, rank = spec.candidate
+    label = "full" if rank is None else f"lora r={rank}"
+    e = spec.seeds.index(seed)
+    curves = result["curves"]
+    logged = {"logged_target": curves["target"][-1][e],
+              "logged_retention": curves["retention"][-1][e]}  # fmt: skip
+    weights = pretrain_weights(store, spec.pretrain)
+    where = f"run {row.identity[:12]}"
+    if method == "lora":
+        files = {a.path.name: verified_bytes(a) for a in artifacts
+                 if a.kind == "adapter" and a.path.parent.name == name}  # fmt: skip
+        return _from_adapter(read_adapter_bytes(files), where, store, label=label, seed=seed,
+                             pretrain=spec.pretrain, weights=weights, logged=logged)  # fmt: skip
+    import safetensors.torch
+
+    data = verified_bytes(next(a for a in artifacts if a.kind == "deltas" and a.path.name == name))
+    deltas = safetensors.torch.load(data)
+    targets = tuple(spec.targets)
+    dense, others = {}, {}
+    for key, value in deltas.items():
+        module = key.removesuffix(".weight")
+        if key.endswith(".weight") and value.dim() == 2 and module.rsplit(".", 1)[-1] in targets:
+            dense[module] = value
+        else:
+            others[key] = value
+    dtype = next(iter(dense.values())).dtype
+    return _Source(where, label, "full", seed, {}, dense, others, dtype, spec.pretrain, weights,
+                   logged)  # fmt: skip
+
+
+def _module_report(module: str, update: object, configured: int | None, scale: float | None,
+                   shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype):  # fmt: skip
+    policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype)
+    sweep = reconstruct_by_rank(update, ranks, matrix_id=module, computed_in=dtype)
+    rows = [{"rank": r.rank, "retained_energy": r.retained_energy,
+             "retained_mass": r.retained_mass, "frobenius_squared": r.frobenius_squared,
+             "spectral": r.spectral, "non_unique": r.non_unique} for r in sweep.rows]  # fmt: skip
+    match = _LAYER.search(module)
+    return ModuleReport(
+        module=module, layer=int(match[1]) if match else None, family=_family(module),
+        shape=shape, configured=configured, scale=scale, policies=policies,
+        energy90=int(energy_rank(update, matrix_id=module, rho=0.9).value),
+        sigma=sweep.sigma.tolist(), truncation=rows,
+    )  # fmt: skip
+
+
+def inspect_lora(
+    source: str | os.PathLike[str],
+    *,
+    store: str | os.PathLike[str] | RunStore = DEFAULT_STORE_PATH,
+    ranks: Sequence[int] = (1, 4, 16),
+    seed: int | None = None,
+    study: str | None = None,
+    evidence: bool = True,
+) -> InspectResult:
+    """Inspect an adapter: per module, rank policies, spectrum, truncation and evidence ladder.
+
+    Args:
+        source: a PEFT adapter folder (or a file in it); a candidate label, ``full`` or
+            ``lora r=<r>``, of a fine-tuning study in ``store``; or the identity (a prefix of
+            4 or more hex characters) of a ``lora-finetune`` run in ``store``. An existing
+            path wins.
+        store: the run store (a path or an open :class:`RunStore`); a missing store file is
+            fine for a folder (the ladder is then not computed).
+        ranks: truncation ranks, integers ≥ 0.
+        seed: which seed of a run's ensemble (default: its first).
+        study: where a candidate label is looked up (default: the newest fine-tuning study
+            of the store that has it).
+        evidence: compute the evidence ladder when base model and data are known.
+
+    Returns:
+        The :class:`InspectResult`. Every decomposition runs in float64 with the tolerances of
+        the dtype the update was produced in.
+
+    Raises:
+        ValueError: ``source`` is neither an adapter folder nor a candidate or run of the
+            store (an ambiguous prefix); a run that
+            is not a fine-tuning run, not completed, or has no such ``seed``; bad ``ranks``;
+            an unreadable adapter (as :meth:`gaugelab.adapters.Adapter.load`).
+        ArtifactError: a file the run recorded changed since it was written.
+
+    Source: seed 003 §0x04I, §0x04K, §0x04M, §0x0BE.
+    """
+    ranks = tuple(ranks)
+    if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
+        raise ValueError(f"inspect_lora: ranks={list(ranks)}; allowed: integers >= 0")
+    path = Path(source)
+    opened = None
+    if isinstance(store, RunStore):
+        db = store
+    elif Path(store).exists():
+        db = opened = RunStore(store, create=False)
+    else:
+        db = None
+    try:
+        if path.exists():
+            found = _resolve_path(path, db)
+        elif db is None:
+            raise ValueError(
+                f"inspect_lora: {str(source)!r} is not an adapter folder, and there is no run "
+                f"store at {store} to look it up as a run"
+            )
+        elif _CANDIDATE.fullmatch(str(source)):
+            found = _resolve_run(db, _candidate_run(db, str(source), study), seed)
+        else:
+            found = _resolve_run(db, str(source), seed)
+        return _inspect(found, ranks, evidence)
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _inspect(found: _Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:
+    f64 = torch.float64
+    modules, deltas = [], {}
+    for m, (B, A, s) in found.factors.items():
+        factors = (B.to(f64), A.to(f64), s)
+        modules.append(_module_report(m, factors, A.shape[0], s, (B.shape[0], A.shape[1]),
+                                      ranks, found.dtype))  # fmt: skip
+        deltas[m] = (factors[0] @ factors[1]) * s
+    for m, delta in found.dense.items():
+        modules.append(_module_report(m, delta.to(f64), None, None, tuple(delta.shape), ranks,
+                                      found.dtype))  # fmt: skip
+        deltas[m] = delta.to(f64)
+    modules.sort(key=_order)
+    result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
+                           dict(found.logged), not_computed=list(found.missing),
+                           other_updates=sorted(found.others))  # fmt: skip
+    if found.pretrain is None or found.weights is None:
+        return result
+    if not evidence:
+        result.not_computed.append("evidence ladder: not asked for (evidence=False)")
+        return result
+    corpus = TwoDomainText(found.pretrain.corpus)
+    val = eval_batches(corpus, found.pretrain)
+    model = base_model(found.pretrain, found.weights, corpus.d_vocab)
+    result.reference["base_target"] = mean_loss(model, val["target"])
+    result.reference["base_retention"] = mean_loss(model, val["retention"])
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for key, value in found.others.items():
+            params[key] += value.to(params[key].dtype)
+    replacer = Replacer(model, deltas)
+    result.reference["target"] = mean_loss(model, val["target"])
+    result.reference["retention"] = mean_loss(model, val["retention"])
+    inputs = capture_inputs(model, list(deltas), val["target"])
+    rows, result.joint = ladder(replacer, inputs, val["target"], val["retention"], ranks,
+                                found.dtype)  # fmt: skip
+    by_module: dict[str, list[LadderRow]] = {}
+    for row in rows:
+        by_module.setdefault(row.module, []).append(row)
+    result.modules = [_with_ladder(m, by_module.get(m.module, [])) for m in modules]
+    return result
+
+
+def _order(report: ModuleReport) -> tuple[int, int, str]:
+    """Block order, then the projections' order within a block, then the name."""
+    leaf = report.module.rsplit(".", 1)[-1]
+    position = ALL_TARGETS.index(leaf) if leaf in ALL_TARGETS else len(ALL_TARGETS)
+    return (-1 if report.layer is None else report.layer, position, report.module)
+
+
+def _with_ladder(report: ModuleReport, rows: list[LadderRow]) -> ModuleReport:
+    return ModuleReport(**{**report.__dict__, "ladder": rows})
+
+
+def to_json(result: InspectResult) -> str:
+    """The result as JSON (policies as ``{policy_id: value}``)."""
+    modules = []
+    for m in result.modules:
+        data = {k: v for k, v in m.__dict__.items() if k not in ("policies", "ladder")}
+        data["policies"] = {p.policy_id: p.value for p in m.policies}
+        data["ladder"] = [row.__dict__ for row in m.ladder]
+        modules.append(data)
+    payload = {**{k: v for k, v in result.__dict__.items() if k not in ("modules", "joint")},
+               "modules": modules, "joint": [j.__dict__ for j in result.joint]}  # fmt: skip
+    return json.dumps(payload, indent=1, allow_nan=True)
+
+
+__all__ = ["InspectResult", "ModuleReport", "inspect_lora", "to_json"]

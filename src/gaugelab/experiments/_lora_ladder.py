@@ -1,0 +1,192 @@
+"""The evidence ladder of seed 003 §0x04M on a real model: weight, sampled-output and
+end-to-end evidence for replacing each module's update by a rank-``r`` truncation.
+
+For every adapted module with update ``ΔW`` (float64) and every rank ``r``:
+
+1. **weight residual** ``‖ΔW − ΔW_r‖_F²`` of the weight-space truncation (formed and summed
+   directly; it equals the tail ``Σ_{i>r} σ_i²``), and of the output-weighted one;
+2. **output residual** ``(1/N)‖X (ΔW − ΔŴ)ᵀ‖_F²`` on the layer's real inputs ``X`` — captured
+   with a forward hook while the fine-tuned model reads the target validation batches — for
+   the weight-SVD truncation and for the output-weighted truncation
+   (:func:`gaugelab.lowrank.output_weighted_rank_r`), which minimises exactly this;
+3. **end-to-end** target validation loss when that module's update alone is replaced
+   (per layer), and when every module's update is replaced at once (jointly, with the
+   retention loss too).
+
+Every model here holds merged weights ``W₀ + cast(ΔŴ)``: the reference is ``W₀ + cast(ΔW)``,
+so a truncation that keeps the whole update gives the reference's loss exactly. The
+calibration inputs are those batches themselves (the output-weighted truncation is fitted
+in-sample); the joint replacement uses each module's inputs in the unmodified model.
+
+Source: seed 003 §0x04M (the ladder; no arrow reversible), §0x04F–0x04H (output-weighted
+truncation), §0x04L (per-layer against joint replacement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from gaugelab.lowrank import output_residual, output_weighted_rank_r, reconstruct_by_rank
+from gaugelab.models import Transformer
+
+Batches = Sequence[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class LadderRow:
+    """One module at one rank.
+
+    Attributes:
+        module: the module path; rank: ``r``.
+        weight_residual: ``‖ΔW − ΔW_r‖_F²`` of the weight-SVD truncation (direct).
+        weight_residual_ow: ``‖ΔW − ΔW_{X,r}‖_F²`` of the output-weighted truncation.
+        update_energy: ``‖ΔW‖_F²`` (the residual of dropping the update).
+        output_residual_svd, output_residual_ow: ``(1/N)‖X(ΔW − ΔŴ)ᵀ‖_F²`` of each.
+        output_energy: ``(1/N)‖X ΔWᵀ‖_F²``.
+        invisible_energy: ``‖ΔW Q_0‖_F²`` on input directions the captured ``X`` cannot see.
+        support_rank: the rank of the inputs' covariance support; n_samples: ``N``.
+        loss_svd, loss_ow: target validation loss with this module's update replaced.
+    """
+
+    module: str
+    rank: int
+    weight_residual: float
+    weight_residual_ow: float
+    update_energy: float
+    output_residual_svd: float
+    output_residual_ow: float
+    output_energy: float
+    invisible_energy: float
+    support_rank: int
+    n_samples: int
+    loss_svd: float
+    loss_ow: float
+
+
+@dataclass(frozen=True)
+class JointRow:
+    """Every module's update replaced at rank ``r`` at once: both domains' validation loss."""
+
+    rank: int
+    target_svd: float
+    target_ow: float
+    retention_svd: float
+    retention_ow: float
+
+
+def mean_loss(model: Transformer, batches: Batches) -> float:
+    """Mean cross-entropy (nats per token) of ``model`` over equal-size ``batches``."""
+    total = 0.0
+    with torch.no_grad():
+        for x, y in batches:
+            total += float(F.cross_entropy(model(x).flatten(0, 1), y.flatten()).double())
+    return total / len(batches)
+
+
+def capture_inputs(model: Transformer, modules: Sequence[str], batches: Batches):
+    """Module path → ``[N, d_in]`` float64 inputs of that ``nn.Linear`` over ``batches``
+    (forward hooks; ``N`` = windows × positions)."""
+    seen: dict[str, list[torch.Tensor]] = {m: [] for m in modules}
+    hooks = [
+        model.get_submodule(m).register_forward_hook(
+            lambda _mod, args, _out, m=m: seen[m].append(args[0].detach().flatten(0, -2).double())
+        )
+        for m in modules
+    ]
+    try:
+        with torch.no_grad():
+            for x, _ in batches:
+                model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return {m: torch.cat(xs) for m, xs in seen.items()}
+
+
+class Replacer:
+    """A model holding ``W₀ + cast(ΔW)`` in every adapted module, whose updates can be swapped
+    for others and restored.
+
+    Args:
+        model: the model with the base weights ``W₀`` (and any other trained parameters)
+            loaded; modified in place.
+        deltas: module path → ``ΔW`` ``[d_out, d_in]`` float64.
+    """
+
+    def __init__(self, model: Transformer, deltas: Mapping[str, torch.Tensor]) -> None:
+        self.model = model
+        self.weights = {m: model.get_submodule(m).weight for m in deltas}
+        self.base = {m: w.detach().clone() for m, w in self.weights.items()}
+        self.deltas = dict(deltas)
+        self.set({})
+
+    def set(self, updates: Mapping[str, torch.Tensor]) -> None:
+        """Every module holds ``W₀ + cast(updates.get(m, ΔW_m))``."""
+        with torch.no_grad():
+            for m, w in self.weights.items():
+                delta = updates.get(m, self.deltas[m])
+                w.copy_(self.base[m] + delta.to(w.dtype))
+
+
+def ladder(
+    replacer: Replacer,
+    inputs: Mapping[str, torch.Tensor],
+    target: Batches,
+    retention: Batches,
+    ranks: Sequence[int],
+    computed_in: torch.dtype,
+) -> tuple[list[LadderRow], list[JointRow]]:
+    """The per-module rows (module order, then rank) and the joint rows (rank order).
+
+    Args:
+        replacer: the model and the updates (float64).
+        inputs: module → ``[N, d_in]`` float64 captured inputs.
+        target, retention: the validation batches of each domain.
+        ranks: the truncation ranks.
+        computed_in: the dtype the updates were produced in (sets the SVD tie and covariance
+            support tolerances, :func:`gaugelab.lowrank.output_weighted_rank_r`).
+    """
+    rows: list[LadderRow] = []
+    svd: dict[int, dict[str, torch.Tensor]] = {r: {} for r in ranks}
+    ow: dict[int, dict[str, torch.Tensor]] = {r: {} for r in ranks}
+    for module, delta in replacer.deltas.items():
+        X = inputs[module]
+        sweep = reconstruct_by_rank(delta, ranks, matrix_id=module, computed_in=computed_in)
+        energy = float((delta**2).sum())
+        output_energy = float(((X @ delta.mT) ** 2).sum()) / X.shape[0]
+        for r, row in zip(ranks, sweep.rows, strict=True):
+            by_svd = row.B @ row.A  # [d_out, d_in]
+            fit = output_weighted_rank_r(delta, X, r, matrix_id=module, computed_in=computed_in)
+            by_ow = fit.delta_r
+            svd[r][module], ow[r][module] = by_svd, by_ow
+            replacer.set({module: by_svd})
+            loss_svd = mean_loss(replacer.model, target)
+            replacer.set({module: by_ow})
+            loss_ow = mean_loss(replacer.model, target)
+            rows.append(LadderRow(
+                module=module, rank=r,
+                weight_residual=float(((delta - by_svd) ** 2).sum()),
+                weight_residual_ow=float(((delta - by_ow) ** 2).sum()),
+                update_energy=energy,
+                output_residual_svd=output_residual(delta, by_svd, X).direct,
+                output_residual_ow=fit.residual.direct,
+                output_energy=output_energy,
+                invisible_energy=fit.invisible_update_energy,
+                support_rank=fit.support.rank, n_samples=X.shape[0],
+                loss_svd=loss_svd, loss_ow=loss_ow,
+            ))  # fmt: skip
+    replacer.set({})
+    joint = []
+    for r in ranks:
+        losses = {}
+        for name, updates in (("svd", svd[r]), ("ow", ow[r])):
+            replacer.set(updates)
+            losses[name] = (mean_loss(replacer.model, target), mean_loss(replacer.model, retention))
+        joint.append(JointRow(r, losses["svd"][0], losses["ow"][0], losses["svd"][1],
+                              losses["ow"][1]))  # fmt: skip
+    replacer.set({})
+    return rows, joint

@@ -1,0 +1,433 @@
+"""The LoRA protocol's training: the pretrain run and one fine-tuning candidate, resumable.
+
+Both train an :class:`~gaugelab.models.Ensemble` (the pretrain: one member; a candidate: one
+member per seed, each with its own minibatch stream) with AdamW under a linear warm-up and a
+cosine decay to a tenth of the peak rate, and measure both domains' validation loss on the
+pretrain spec's fixed batches at step 0, every ``eval_every`` steps and at the end. Given a run
+context they log those losses, write a checkpoint every ``checkpoint_every`` steps (trainable
+parameters, optimizer state, stream states, curves) and continue from the latest one after an
+interruption, bit for bit.
+
+Source: docs/protocols.md (LoRA fine-tuning); biderman2024lora (the learning–forgetting
+measurement).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+
+from gaugelab.adapters import Adapter
+from gaugelab.determinism import deterministic
+from gaugelab.errors import NonFiniteError
+from gaugelab.experiments._lora_spec import FinetuneSpec, PretrainSpec
+from gaugelab.experiments._study import ArtifactError, verified_bytes
+from gaugelab.models import Ensemble, Transformer
+from gaugelab.models.lora import inject_lora, lora_modules
+from gaugelab.optim import make_optimizer
+from gaugelab.study.runner import AdmissionError
+from gaugelab.study.store import StoreError
+from gaugelab.tasks import TwoDomainText
+
+DOMAINS = ("retention", "target")
+BASE_PREFIX = "gaugelab:lora-pretrain:"
+"""``base_model_name_or_path`` of the adapters written here: the prefix and the pretrain run's
+identity, so :func:`gaugelab.experiments.lora.inspect_lora` finds base model and data again."""
+
+Batches = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+@dataclass
+class Curves:
+    """Validation curves of E members. JSON-able; indices are ``[check][member]``.
+
+    Attributes:
+        steps: ``[C]`` the evaluated steps (updates applied), 0 first.
+        retention, target: ``[C][E]`` mean validation cross-entropy (nats per character).
+        train: ``[C][E]`` mean training loss over the steps since the previous check
+            (``None`` at step 0).
+    """
+
+    steps: list[int] = field(default_factory=list)
+    retention: list[list[float]] = field(default_factory=list)
+    target: list[list[float]] = field(default_factory=list)
+    train: list[list[float] | None] = field(default_factory=list)
+
+    def final(self, domain: str) -> list[float]:
+        """``[E]`` the last check's validation loss of ``domain``."""
+        return list(getattr(self, domain)[-1])
+
+
+def eval_batches(corpus: TwoDomainText, spec: PretrainSpec) -> Batches:
+    """The fixed validation batches: ``val_batches`` of each domain's validation split, drawn
+    from one generator seeded ``eval_seed`` (retention first), each ``(x, y)`` of
+    ``[val_batch_size, block_size]`` longs."""
+    gen = torch.Generator().manual_seed(spec.eval_seed)
+    return {
+        d: [corpus.domain(d).get_batch("val", spec.val_batch_size, gen) for _ in
+            range(spec.val_batches)]
+        for d in DOMAINS
+    }  # fmt: skip
+
+
+def member_losses(ensemble: Ensemble, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]):
+    """``[E]`` float64 mean cross-entropy of every member over ``batches`` (equal sizes)."""
+    total = torch.zeros(ensemble.n_members, dtype=torch.float64)
+    with torch.no_grad():
+        for x, y in batches:
+            logits = ensemble(x)  # [E, B, T, V]
+            E = logits.shape[0]
+            loss = F.cross_entropy(logits.flatten(0, 2), y.flatten().repeat(E), reduction="none")
+            total += loss.view(E, -1).mean(dim=1).double()
+    return total / len(batches)
+
+
+def lr_factor(step: int, steps: int, warmup: int) -> float:
+    """The schedule at ``step`` (updates applied before this one): ``min(1, (step+1)/warmup)
+    · (0.1 + 0.9·½(1 + cos(π·step/steps)))``."""
+    warm = min(1.0, (step + 1) / warmup) if warmup else 1.0
+    return warm * (0.1 + 0.45 * (1 + math.cos(math.pi * step / steps)))
+
+
+@dataclass(frozen=True)
+class Loop:
+    """How to train: steps, schedule, batch size, cadences, and the metric-name suffixes."""
+
+    steps: int
+    warmup: int
+    batch_size: int
+    eval_every: int
+    checkpoint_every: int
+    suffixes: tuple[str, ...]  # one per member, e.g. "/seed=0"; "" for the pretrain
+    label: str
+
+
+def train_members(
+    ensemble: Ensemble,
+    optimizer: torch.optim.Optimizer,
+    streams: Sequence[torch.Generator],
+    corpus: TwoDomainText,
+    domain: str,
+    val: Batches,
+    loop: Loop,
+    run: Any = None,
+) -> Curves:
+    """Train every member on minibatches of ``domain``'s training split, one stream each.
+
+    Args:
+        ensemble: the E members; optimizer: over its trainable stacked parameters
+            (``member_dims=1``), each group's ``lr`` its peak rate.
+        streams: E generators, one minibatch stream per member.
+        corpus, domain: the training text; val: :func:`eval_batches`.
+        loop: the :class:`Loop`.
+        run: a run context (logging, checkpoints, resume) or ``None``.
+
+    Returns:
+        The :class:`Curves` (steps 0, every ``eval_every``, and ``loop.steps``).
+
+    Raises:
+        NonFiniteError: a training loss or gradient is NaN/inf.
+        StoreError: the checkpoint to resume from does not fit this run.
+    """
+    peak = [g["lr"] for g in optimizer.param_groups]
+    curves, first, running = Curves(), 0, torch.zeros(ensemble.n_members, dtype=torch.float64)
+    if run is not None:
+        restored = _resume(run, loop, ensemble, optimizer, streams)
+        if restored is not None:
+            first, curves, running = restored
+    source = corpus.domain(domain)
+
+    def check(step: int) -> None:
+        losses = {d: member_losses(ensemble, val[d]).tolist() for d in DOMAINS}
+        since = step - (curves.steps[-1] if curves.steps else 0)
+        train = (running / since).tolist() if since else None
+        curves.steps.append(step)
+        curves.retention.append(losses["retention"])
+        curves.target.append(losses["target"])
+        curves.train.append(train)
+        running.zero_()
+        if run is not None:
+            metrics = {}
+            for e, suffix in enumerate(loop.suffixes):
+                for d in DOMAINS:
+                    metrics[f"{d}/val_loss{suffix}"] = losses[d][e]
+                if train is not None:
+                    metrics[f"train_loss{suffix}"] = train[e]
+            run.log(step, metrics)
+
+    for t in range(first, loop.steps):
+        if run is not None and t > first and t % loop.checkpoint_every == 0:
+            run.checkpoint(
+                t, scope="", model_state={n: p for n, p in ensemble.stacked_parameters().items()
+                                          if p.requires_grad},
+                optimizer_state=optimizer.state_dict(),
+                rng_states={f"stream{e}": g.get_state() for e, g in enumerate(streams)},
+                data_position=t, extra={"curves": dataclasses.asdict(curves),
+                                        "running": running.tolist()},
+            )  # fmt: skip
+        if t % loop.eval_every == 0 and not (curves.steps and curves.steps[-1] == t):
+            check(t)
+        batches = [source.get_batch("train", loop.batch_size, g) for g in streams]
+        x = torch.stack([b[0] for b in batches])  # [E, B, T]
+        y = torch.stack([b[1] for b in batches])
+        factor = lr_factor(t, loop.steps, loop.warmup)
+        for group, lr in zip(optimizer.param_groups, peak, strict=True):
+            group["lr"] = lr * factor
+        optimizer.zero_grad(set_to_none=True)
+        logits = ensemble(x, member_inputs=True)  # [E, B, T, V]
+        E = logits.shape[0]
+        losses = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
+        losses = losses.view(E, -1).mean(dim=1)  # [E]: members never interact
+        if not bool(torch.isfinite(losses).all()):
+            raise NonFiniteError(
+                f"{loop.label}: training loss {losses.tolist()} is not finite at step {t + 1}"
+            )
+        losses.sum().backward()
+        optimizer.step()
+        running += losses.detach().double()
+        if run is not None:
+            run.progress(loop.label, t + 1, loop.steps)
+    for group, lr in zip(optimizer.param_groups, peak, strict=True):
+        group["lr"] = lr
+    if not (curves.steps and curves.steps[-1] == loop.steps):
+        check(loop.steps)
+    return curves
+
+
+def _resume(run, loop, ensemble, optimizer, streams):
+    """Load the latest checkpoint into the ensemble, optimizer and streams: ``(step, curves,
+    running)``, or ``None`` when there is none.
+
+    Raises:
+        StoreError: the checkpoint is corrupt or does not fit this run (file and run named).
+    """
+    where = f"run {str(getattr(run, 'identity', ''))[:12]} ({loop.label})"
+    try:
+        saved = run.resume()
+    except (StoreError, OSError) as exc:
+        raise StoreError(f"{where}: cannot resume: {exc}") from None
+    if saved is None:
+        return None
+    try:
+        if not 0 < saved.step < loop.steps:
+            raise ValueError(f"step {saved.step} outside 1..{loop.steps - 1}")
+        stacked = {n: p for n, p in ensemble.stacked_parameters().items() if p.requires_grad}
+        if set(saved.model_state) != set(stacked):
+            raise ValueError("its parameters are not this candidate's trainable parameters")
+        for name, p in stacked.items():
+            got = saved.model_state[name]
+            if got.shape != p.shape or got.dtype != p.dtype:
+                raise ValueError(f"{name} is {got.dtype} {tuple(got.shape)}")
+        curves = Curves(**saved.extra["curves"])
+        expected = list(range(0, saved.step, loop.eval_every))
+        if curves.steps != expected:
+            raise ValueError(f"curves at steps {curves.steps}, expected {expected}")
+        running = torch.tensor(saved.extra["running"], dtype=torch.float64)
+        optimizer.load_state_dict(saved.optimizer_state)
+        for e, g in enumerate(streams):
+            g.set_state(saved.rng_states[f"stream{e}"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise StoreError(
+            f"{saved.path}: checkpoint of {where} does not fit this run ({exc}); delete it to "
+            "restart from step 0"
+        ) from None
+    with torch.no_grad():
+        for name, p in stacked.items():
+            p.copy_(saved.model_state[name])
+    return saved.step, curves, running
+
+
+def _write_json(run: Any, name: str, data: dict[str, Any], kind: str) -> None:
+    path = run.directory / name
+    path.write_text(json.dumps(data, allow_nan=False, indent=1), encoding="utf-8")
+    run.artifact(path, kind)
+
+
+def _loop(spec: PretrainSpec | FinetuneSpec, suffixes: tuple[str, ...], label: str) -> Loop:
+    return Loop(spec.steps, spec.warmup, spec.batch_size, spec.eval_every,
+                spec.checkpoint_every, suffixes, label)  # fmt: skip
+
+
+def train_pretrain(spec: PretrainSpec, run: Any = None) -> tuple[Transformer, Curves]:
+    """Train the pretrain model on the retention domain (see the module docstring).
+
+    With ``run``: logs ``retention/val_loss``, ``target/val_loss``, ``train_loss``; records
+    ``weights.safetensors`` (kind ``weights``: the state dict) and ``result.json`` (kind
+    ``result``: curves, final losses, parameter count, seconds).
+
+    Returns:
+        The trained model and its :class:`Curves` (one member).
+
+    Raises:
+        NonFiniteError: a loss or gradient became NaN/inf.
+        FileNotFoundError, ValueError: a corpus file is missing or changed.
+    """
+    start = time.perf_counter()
+    with deterministic():
+        corpus = TwoDomainText(spec.corpus)
+        model = Transformer(spec.transformer_config(corpus.d_vocab), seed=spec.init_seed,
+                            dtype=getattr(torch, spec.dtype))  # fmt: skip
+        ensemble = Ensemble([model])
+        trainable = [p for p in ensemble.parameters() if p.requires_grad]
+        opt = make_optimizer("adamw", trainable, lr=spec.lr, weight_decay=0.0, member_dims=1)
+        stream = torch.Generator().manual_seed(spec.data_seed)
+        val = eval_batches(corpus, spec)
+        curves = train_members(ensemble, opt, [stream], corpus, "retention", val,
+                               _loop(spec, ("",), "pretrain"), run)  # fmt: skip
+        trained = ensemble.member(0)
+    if run is not None:
+        path = run.directory / "weights.safetensors"
+        safetensors.torch.save_file({k: v.contiguous() for k, v in trained.state_dict().items()},
+                                    str(path))  # fmt: skip
+        run.artifact(path, "weights")
+        result = {"curves": dataclasses.asdict(curves), "d_vocab": corpus.d_vocab,
+                  "parameters": sum(p.numel() for p in trained.parameters()),
+                  "seconds": time.perf_counter() - start}  # fmt: skip
+        _write_json(run, "result.json", result, "result")
+    return trained, curves
+
+
+def pretrain_weights(store: Any, spec: PretrainSpec) -> dict[str, torch.Tensor]:
+    """The state dict of the completed pretrain run of ``spec`` in ``store``, read from its
+    ``weights`` artifact after the sha256 check.
+
+    Raises:
+        AdmissionError: the run is not in the store or has not completed.
+        ArtifactError: the weights file is missing or changed since the run wrote it.
+    """
+    identity = spec.identity()
+    done = [a.ordinal for a in store.attempts(identity) if a.termination == "completed"]
+    if not done:
+        raise AdmissionError(
+            f"the pretrain run {identity[:12]} has not completed in {store.path}; run the "
+            "study with run_lora_finetune (gaugelab lora finetune), which runs it first"
+        )
+    found = [a for a in store.artifacts(identity) if a.kind == "weights" and a.ordinal == done[-1]]
+    if not found:
+        raise ArtifactError(f"the pretrain run {identity[:12]} recorded no weights file")
+    return safetensors.torch.load(verified_bytes(found[-1]))
+
+
+def base_model(spec: PretrainSpec, weights: dict[str, torch.Tensor], d_vocab: int) -> Transformer:
+    """The pretrained Transformer with ``weights`` loaded (strict)."""
+    model = Transformer(spec.transformer_config(d_vocab), dtype=getattr(torch, spec.dtype))
+    model.load_state_dict(weights, strict=True)
+    return model
+
+
+def run_store(run: Any) -> Any:
+    """The run store a run context writes to (``run.store`` when the harness exposes it)."""
+    store = getattr(run, "store", None)
+    return store if store is not None else run._store
+
+
+def train_finetune(spec: FinetuneSpec, run: Any) -> None:
+    """Fine-tune one candidate (``spec.candidate``) on the target domain from the pretrain
+    run's verified weights, and record it.
+
+    Logs ``{retention,target}/val_loss/seed=S`` and ``train_loss/seed=S``; records per seed a
+    PEFT-format adapter folder ``adapter-seed<S>/`` (kind ``adapter``; LoRA) or the dense
+    deltas ``deltas-seed<S>.safetensors`` (kind ``deltas``: trained − pretrained, every
+    parameter; full fine-tuning), and ``result.json`` (kind ``result``).
+
+    Raises:
+        AdmissionError: the pretrain run has not completed in the run's store.
+        ArtifactError: its weights file changed since it was written.
+        NonFiniteError: a loss or gradient became NaN/inf.
+    """
+    start = time.perf_counter()
+    method, rank = spec.candidate
+    store = run_store(run)
+    weights = pretrain_weights(store, spec.pretrain)
+    label = "full" if rank is None else f"lora r={rank}"
+    with deterministic():
+        corpus = TwoDomainText(spec.pretrain.corpus)
+        base = base_model(spec.pretrain, weights, corpus.d_vocab)
+        members = []
+        for seed in spec.seeds:
+            member = copy.deepcopy(base)
+            if rank is not None:
+                inject_lora(member, list(spec.targets), rank, spec.alpha(rank), init=spec.init,
+                            use_rslora=spec.rslora, seed=seed)  # fmt: skip
+            members.append(member)
+        ensemble = Ensemble(members)
+        trainable = [p for p in ensemble.parameters() if p.requires_grad]
+        lr = spec.full_lr if rank is None else spec.lr
+        opt = make_optimizer("adamw", trainable, lr=lr, weight_decay=0.0, member_dims=1)
+        streams = [torch.Generator().manual_seed(seed) for seed in spec.seeds]
+        val = eval_batches(corpus, spec.pretrain)
+        suffixes = tuple(f"/seed={s}" for s in spec.seeds)
+        curves = train_members(ensemble, opt, streams, corpus, "target", val,
+                               _loop(spec, suffixes, label), run)  # fmt: skip
+        trained = [ensemble.member(e) for e in range(len(spec.seeds))]
+    files = {}
+    for seed, model, original in zip(spec.seeds, trained, members, strict=True):
+        if rank is None:
+            path = run.directory / f"deltas-seed{seed}.safetensors"
+            base_state = base.state_dict()
+            deltas = {k: (v - base_state[k]).contiguous() for k, v in model.state_dict().items()}
+            safetensors.torch.save_file(deltas, str(path))
+            run.artifact(path, "deltas")
+            files[str(seed)] = path.name
+            continue
+        for name, layer in lora_modules(model).items():  # each member's own record (its seed)
+            record = lora_modules(original)[name].record
+            layer.record = dataclasses.replace(record, lr_down=lr, lr_up=lr)
+        adapter = Adapter.from_model(model, base_model_name_or_path=BASE_PREFIX +
+                                     spec.pretrain.identity())  # fmt: skip
+        folder = adapter.save(run.directory / f"adapter-seed{seed}")
+        for file in sorted(folder.iterdir()):
+            run.artifact(file, "adapter")
+        files[str(seed)] = folder.name
+    result = {
+        "candidate": label, "method": method, "rank": rank, "seeds": list(spec.seeds),
+        "curves": dataclasses.asdict(curves), "files": files,
+        "trainable_parameters": sum(p[0].numel() for p in trainable),
+        "seconds": time.perf_counter() - start,
+    }  # fmt: skip
+    _write_json(run, "result.json", result, "result")
+
+
+def load_deltas(data: bytes) -> dict[str, torch.Tensor]:
+    """A ``deltas`` artifact's tensors from its verified bytes."""
+    return safetensors.torch.load(data)
+
+
+def read_adapter_bytes(files: dict[str, bytes]) -> Adapter:
+    """An :class:`Adapter` from the verified bytes of its folder's files (name → bytes),
+    written to a private temporary folder and loaded from there."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="gaugelab-adapter-") as tmp:
+        for name, data in files.items():
+            (Path(tmp) / name).write_bytes(data)
+        return Adapter.load(tmp)
+
+
+__all__ = [
+    "BASE_PREFIX",
+    "Curves",
+    "Loop",
+    "base_model",
+    "eval_batches",
+    "load_deltas",
+    "lr_factor",
+    "member_losses",
+    "pretrain_weights",
+    "read_adapter_bytes",
+    "run_store",
+    "train_finetune",
+    "train_members",
+    "train_pretrain",
+]

@@ -1,0 +1,235 @@
+"""LoRA on real text: pretrain, fine-tune (full and LoRA at several ranks), inspect adapters.
+
+The fine-tuning study (docs/protocols.md, LoRA fine-tuning): a small causal character
+Transformer is pretrained on the *retention* domain (tiny-shakespeare) — a stored run of its
+own, :class:`PretrainSpec` — and then fine-tuned on the *target* domain (the pinned
+standard-library source of the running interpreter) by every candidate of a
+:class:`FinetuneSpec`: full fine-tuning, and LoRA at each rank. Each candidate is a stored,
+resumable run that starts from the pretrain run's verified weights, logs both domains'
+validation loss over training, and records its adapters (PEFT format, via
+:class:`gaugelab.adapters.Adapter`) or, for full fine-tuning, its dense deltas.
+
+The experiment surface (see :mod:`gaugelab.experiments`): :class:`FinetuneSpec`,
+:func:`plan` (one run per candidate; :func:`plan_pretrain` for the pretrain run),
+:func:`collect`, :func:`tables`, :func:`report`, and :func:`run_lora_finetune` for all of it at
+once. :func:`inspect_lora` (:func:`run_lora_inspect` with its report) reads an adapter (a stored
+run, or a PEFT folder) and reports every rank policy, the truncation table and — when gaugelab
+knows the base model and the data — the evidence ladder of seed 003 §0x04M.
+
+Source: biderman2024lora; hu2021lora; seed 003 §0x04 (reconstruction), §0x04M (the evidence
+ladder), §0x0BE–0x0BF (full-update rank by layer and module).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from gaugelab.experiments._lora_inspect import InspectResult, ModuleReport, inspect_lora
+from gaugelab.experiments._lora_results import Candidate, LoraResult, collect, curve_figure
+from gaugelab.experiments._lora_results import report as _report
+from gaugelab.experiments._lora_results import tables as _tables
+from gaugelab.experiments._lora_spec import (
+    ALL_TARGETS,
+    ATTENTION,
+    FULL_LR,
+    LORA_LR,
+    MLP,
+    FinetuneSpec,
+    PretrainSpec,
+    quick_spec,
+    resolve_targets,
+)
+from gaugelab.experiments._lora_train import Curves, train_pretrain
+from gaugelab.experiments._lora_views import inspect_report, inspect_tables
+from gaugelab.experiments._study import StudyOutcome, run_experiment
+from gaugelab.study.report import Table, new_report_dir
+from gaugelab.study.store import DEFAULT_STORE_PATH
+from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
+
+__all__ = [
+    "ALL_TARGETS",
+    "ATTENTION",
+    "FULL_LR",
+    "LORA_LR",
+    "MLP",
+    "Candidate",
+    "Curves",
+    "FinetuneSpec",
+    "InspectResult",
+    "LoraResult",
+    "ModuleReport",
+    "PretrainSpec",
+    "collect",
+    "curve_figure",
+    "inspect_lora",
+    "inspect_report",
+    "inspect_tables",
+    "plan",
+    "plan_pretrain",
+    "quick_spec",
+    "report",
+    "resolve_targets",
+    "run_lora_finetune",
+    "run_lora_inspect",
+    "tables",
+    "train_pretrain",
+]
+
+_LORA_ONLY = ("alpha_ratio", "rslora", "targets", "init", "lr")
+_FULL_ONLY = ("full_lr",)
+
+
+def plan_pretrain(spec: PretrainSpec) -> Sweep:
+    """The pretrain run alone, in the study ``lora-pretrain-<identity[:12]>`` (one study per
+    pretrain spec, shared by every fine-tuning study that starts from it)."""
+    return Sweep(spec, name=f"lora-pretrain-{spec.identity()[:12]}")
+
+
+def plan(spec: FinetuneSpec, study: str | None = None) -> Sweep:
+    """The fine-tuning runs: one per candidate (``full`` alone, or one rank).
+
+    A candidate's run sets the options it does not read to their defaults (full fine-tuning:
+    the LoRA options; LoRA: ``full_lr``), so the same candidate is the same run in every study
+    that asks for it. The study is named ``lora-finetune-<identity[:12]>`` unless ``study`` is
+    given. The pretrain run is not part of it (:func:`plan_pretrain`; :func:`run_lora_finetune`
+    runs both).
+
+    Raises:
+        ValueError: (from :meth:`Sweep.specs`) a candidate the spec rejects.
+    """
+    defaults = FinetuneSpec.model_fields
+    variants: list[dict[str, Any]] = []
+    if spec.full:
+        reset = {k: _default(defaults[k]) for k in _LORA_ONLY}
+        variants.append({"full": True, "ranks": [], **reset})
+    for r in spec.ranks:
+        reset = {k: _default(defaults[k]) for k in _FULL_ONLY}
+        variants.append({"full": False, "ranks": [r], **reset})
+    return Sweep(spec, variants=variants, name=study or f"lora-finetune-{spec.identity()[:12]}")
+
+
+def _default(info: Any) -> Any:
+    value = info.get_default(call_default_factory=True)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def tables(result: LoraResult) -> list[Table]:
+    """The summary table and the target and retention learning curves."""
+    return _tables(result)
+
+
+def report(result: LoraResult, out_dir: str | os.PathLike[str]) -> Path:
+    """Write the study's HTML report and its learning-curve figure into ``out_dir``.
+
+    Raises:
+        FileExistsError: ``out_dir`` already holds a report or figures.
+    """
+    return _report(result, out_dir)
+
+
+def run_lora_finetune(
+    spec: FinetuneSpec | None = None, *, study: str | None = None, **options: Any
+) -> StudyOutcome[LoraResult]:
+    """Run the pretrain, then every fine-tuning candidate; collect and report.
+
+    Runs already completed in the store are reused (the pretrain run too, by every study
+    that starts from it); a run killed mid-way resumes from its latest checkpoint. A failed
+    pretrain run fails every candidate at admission (``admission_failure``), and all of them
+    are listed in ``outcome.result.failures``.
+
+    Args:
+        spec: the study (default: the protocol, :class:`FinetuneSpec()`; ``quick_spec()`` for a
+            look in seconds).
+        study: the study name (default ``lora-finetune-<identity[:12]>``).
+        **options: how to run it, as :func:`gaugelab.experiments._study.run_experiment`
+            (``store``, ``executor``, ``max_workers`` (default 1: in this process),
+            ``threads`` (default 1), ``address``, ``progress``, ``step_progress``,
+            ``report_dir``, ``write_report``); the pretrain run is executed the same way.
+
+    Returns:
+        The :class:`~gaugelab.experiments._study.StudyOutcome` of a :class:`LoraResult`; its
+        ``sweep`` accounts for the pretrain run and the candidates together.
+
+    Raises:
+        ValueError: a bad executor option, or a study name already used by another spec.
+        FileExistsError: ``report_dir`` already holds a report.
+
+    Source: biderman2024lora; docs/protocols.md (LoRA fine-tuning).
+    """
+    spec = spec or FinetuneSpec()
+    sweep = plan(spec, study)
+    report_dir = options.get("report_dir")
+    if report_dir is not None and options.get("write_report", True):
+        if (Path(report_dir) / "report.html").exists():  # checked before any run
+            raise FileExistsError(
+                f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
+                "(choose another folder)"
+            )
+    keys = ("store", "executor", "max_workers", "threads", "address", "progress",
+            "step_progress")  # fmt: skip
+    sweep_options = {k: v for k, v in options.items() if k in keys}
+    sweep_options.setdefault("max_workers", 1)
+    sweep_options.setdefault("threads", 1)
+    first = run_sweep(plan_pretrain(spec.pretrain), **sweep_options)
+    outcome = run_experiment(sweep, collect, report, **options)
+    outcome.sweep = _joined(first, outcome.sweep)
+    return outcome
+
+
+def run_lora_inspect(
+    source: str | os.PathLike[str],
+    *,
+    store: str | os.PathLike[str] = DEFAULT_STORE_PATH,
+    ranks: Sequence[int] = (1, 4, 16),
+    seed: int | None = None,
+    study: str | None = None,
+    evidence: bool = True,
+    report_dir: str | os.PathLike[str] | None = None,
+    write_report: bool = True,
+) -> tuple[InspectResult, Path | None]:
+    """:func:`inspect_lora`, then its report (figures, ``inspect.json``, ``report.html``).
+
+    Args:
+        source, store, ranks, seed, study, evidence: as :func:`inspect_lora`.
+        report_dir: the report folder (must not hold one); default a new timestamped folder
+            in ``<store folder>/reports/inspect-<source>/``.
+        write_report: write it (False: only inspect).
+
+    Returns:
+        ``(result, report.html or None)``.
+
+    Raises:
+        ValueError, ArtifactError: as :func:`inspect_lora`.
+        FileExistsError: ``report_dir`` already holds an inspection (checked first).
+    """
+    if report_dir is not None and write_report:
+        folder = Path(report_dir)
+        if (folder / "report.html").exists() or (folder / "inspect.json").exists():
+            raise FileExistsError(f"{folder} already holds an inspection; choose another folder")
+    result = inspect_lora(source, store=store, ranks=ranks, seed=seed, study=study,
+                          evidence=evidence)  # fmt: skip
+    if not write_report:
+        return result, None
+    folder = (
+        Path(report_dir)
+        if report_dir is not None
+        else new_report_dir(
+            Path(store).parent / "reports", study=f"inspect-{result.label}-{result.source}"
+        )
+    )
+    return result, inspect_report(result, folder)
+
+
+def _joined(first: SweepResult, second: SweepResult) -> SweepResult:
+    """One account of two sweeps (the pretrain's, then the candidates')."""
+    return SweepResult(
+        completed=[*first.completed, *second.completed],
+        skipped=[*first.skipped, *second.skipped],
+        failed=[*first.failed, *second.failed],
+        outcomes=[*first.outcomes, *second.outcomes],
+        reexecuted={**first.reexecuted, **second.reexecuted},
+        waited=[*first.waited, *second.waited],
+    )
