@@ -89,12 +89,14 @@ class TwinsResult:
 
     def study_spec(self) -> dict[str, Any]:
         """The study's spec as a report shows it: the stored base spec names only the base
-        optimizer, so its ``optimizer`` and ``hyper`` are replaced by every optimizer of the
-        study with its hyperparameters, and the number of (init seed, gauge draw) pairs is
-        added (pair ``i`` uses ``init_seed + i`` and ``gauge_seed + i``)."""
+        optimizer, so its ``optimizer`` and ``hyper`` are replaced by ``optimizers``, every
+        optimizer of the study in its order with its hyperparameters (``[{"optimizer": name,
+        "hyper": {...}}, ...]``), and the number of (init seed, gauge draw) pairs is added (pair
+        ``i`` uses ``init_seed + i`` and ``gauge_seed + i``)."""
         twin = {k: v for k, v in self.spec["twin"].items() if k not in ("optimizer", "hyper")}
+        optimizers = [{"optimizer": o, "hyper": h} for o, h in self.optimizers.items()]
         pairs = len({r.pair for r in self.rows})
-        return {**self.spec, "optimizers": self.optimizers, "pairs": pairs, "twin": twin}
+        return {**self.spec, "optimizers": optimizers, "pairs": pairs, "twin": twin}
 
     @property
     def failures(self) -> list[TwinRow]:
@@ -342,8 +344,10 @@ def twin_panels(
         Line2D([], [], color="0.45", linestyle=":", label="noise floor (noise twin at step 1)"),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
-    what = "Twin divergence" if metric == "logit_distance" else "QK drift"
-    fig.suptitle(f"{what}: each twin against its base (validation)", fontsize="medium")
+    title = ("Twin divergence: each twin's validation logits against its base's"
+             if metric == "logit_distance" else
+             "QK drift: each twin's W_Q[h] W_K[h]ᵀ against its base's")  # fmt: skip
+    fig.suptitle(title, fontsize="medium")
     return fig
 
 
