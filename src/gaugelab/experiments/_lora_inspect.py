@@ -37,13 +37,13 @@ from gaugelab.experiments._lora_train import (
     BASE_PREFIX,
     base_model,
     eval_batches,
+    load_corpus,
     pretrain_weights,
     read_adapter_bytes,
 )
 from gaugelab.experiments._study import ArtifactError, verified_bytes, verified_json
 from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
-from gaugelab.tasks import TwoDomainText
 
 _LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 
@@ -360,7 +360,7 @@ def _inspect(found: _Source, ranks: tuple[int, ...], evidence: bool) -> InspectR
     if not evidence:
         result.not_computed.append("evidence ladder: not asked for (evidence=False)")
         return result
-    corpus = TwoDomainText(found.pretrain.corpus)
+    corpus = load_corpus(found.pretrain.corpus)
     val = eval_batches(corpus, found.pretrain)
     model = base_model(found.pretrain, found.weights, corpus.d_vocab)
     result.reference["base_target"] = mean_loss(model, val["target"])

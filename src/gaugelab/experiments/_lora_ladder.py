@@ -48,7 +48,9 @@ class LadderRow:
         output_residual_svd, output_residual_ow: ``(1/N)‖X(ΔW − ΔŴ)ᵀ‖_F²`` of each.
         output_energy: ``(1/N)‖X ΔWᵀ‖_F²``.
         invisible_energy: ``‖ΔW Q_0‖_F²`` on input directions the captured ``X`` cannot see.
-        support_rank: the rank of the inputs' covariance support; n_samples: ``N``.
+        support_rank: the rank of the inputs' covariance support; support_tol: its eigenvalue
+            cut-off (the output-weighted residual exceeds its optimum over the support by at
+            most ``support_tol · invisible_energy``); n_samples: ``N``.
         loss_svd, loss_ow: target validation loss with this module's update replaced.
     """
 
@@ -62,6 +64,7 @@ class LadderRow:
     output_energy: float
     invisible_energy: float
     support_rank: int
+    support_tol: float
     n_samples: int
     loss_svd: float
     loss_ow: float
@@ -176,7 +179,8 @@ def ladder(
                 output_residual_ow=fit.residual.direct,
                 output_energy=output_energy,
                 invisible_energy=fit.invisible_update_energy,
-                support_rank=fit.support.rank, n_samples=X.shape[0],
+                support_rank=fit.support.rank, support_tol=fit.support.support_tol,
+                n_samples=X.shape[0],
                 loss_svd=loss_svd, loss_ow=loss_ow,
             ))  # fmt: skip
     replacer.set({})

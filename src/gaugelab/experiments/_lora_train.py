@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -37,7 +38,7 @@ from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import make_optimizer
 from gaugelab.study.runner import AdmissionError
 from gaugelab.study.store import StoreError
-from gaugelab.tasks import TwoDomainText
+from gaugelab.tasks import TwoDomainSpec, TwoDomainText
 
 DOMAINS = ("retention", "target")
 BASE_PREFIX = "gaugelab:lora-pretrain:"
@@ -66,6 +67,13 @@ class Curves:
     def final(self, domain: str) -> list[float]:
         """``[E]`` the last check's validation loss of ``domain``."""
         return list(getattr(self, domain)[-1])
+
+
+@functools.lru_cache(maxsize=2)
+def load_corpus(spec: TwoDomainSpec) -> TwoDomainText:
+    """:class:`TwoDomainText` of ``spec``, read (and its digests checked) once per process:
+    the pretrain and every candidate of a study share it. Read-only."""
+    return TwoDomainText(spec)
 
 
 def eval_batches(corpus: TwoDomainText, spec: PretrainSpec) -> Batches:
@@ -274,7 +282,7 @@ def train_pretrain(spec: PretrainSpec, run: Any = None) -> tuple[Transformer, Cu
     """
     start = time.perf_counter()
     with deterministic():
-        corpus = TwoDomainText(spec.corpus)
+        corpus = load_corpus(spec.corpus)
         model = Transformer(spec.transformer_config(corpus.d_vocab), seed=spec.init_seed,
                             dtype=getattr(torch, spec.dtype))  # fmt: skip
         ensemble = Ensemble([model])
@@ -351,7 +359,7 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
     weights = pretrain_weights(store, spec.pretrain)
     label = "full" if rank is None else f"lora r={rank}"
     with deterministic():
-        corpus = TwoDomainText(spec.pretrain.corpus)
+        corpus = load_corpus(spec.pretrain.corpus)
         base = base_model(spec.pretrain, weights, corpus.d_vocab)
         members = []
         for seed in spec.seeds:
@@ -421,6 +429,7 @@ __all__ = [
     "Loop",
     "base_model",
     "eval_batches",
+    "load_corpus",
     "load_deltas",
     "lr_factor",
     "member_losses",
