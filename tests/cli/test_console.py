@@ -132,6 +132,18 @@ def test_ctrl_c_during_a_study_says_what_is_kept_and_exits_130(capsys, error, me
     assert capsys.readouterr().err == message
 
 
+def test_the_executors_sweep_interrupted_is_reported_with_its_counts(capsys):
+    from gaugelab.study.sweep import SweepInterrupted, SweepResult
+
+    def study(*, progress, step_progress):
+        raise SweepInterrupted(3, 4, SweepResult())
+
+    with pytest.raises(typer.Exit) as exit_:
+        run_with_bars(piped(), "header", "runs", study)
+    assert exit_.value.exit_code == 130
+    assert capsys.readouterr().err.startswith("interrupted: 3 of 4 runs complete; rerun")
+
+
 def test_a_full_disk_after_the_runs_says_they_are_kept_and_how_to_write_the_report(
     tmp_path, capsys
 ):
