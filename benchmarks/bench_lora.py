@@ -1,0 +1,156 @@
+"""LoRA: the SVD of s·B A in factor space, and E = 4 LoRA seeds trained as one ensemble.
+
+(a) ``gaugelab.lowrank.factored_svd`` (QR of B and Aᵀ, SVD of the r × r core; B A never formed)
+against the peer that forms ``s·B A`` and takes its dense compact SVD, at 4096 × 4096 with
+r = 64 (1024 × 1024 with ``--quick``), float32: time (target ≥ 50×) and peak memory. Peak memory
+is the peak of live torch allocations during one call, as ``torch.profiler`` records them
+(``profile_memory=True``; every op's own allocations and frees, in time order): tensors and the
+work arrays torch allocates for LAPACK. tracemalloc cannot see them (they are not Python
+objects).
+
+(b) One AdamW training step (forward, backward, update) of E = 4 LoRA seeds of one rank as one
+``models.Ensemble`` (vmap over the stacked factors; frozen base weights get no gradient) against
+the per-seed loop over four LoRA models, on the LoRA protocol's model (3 blocks, d_model 64,
+r = 4 on every projection, windows of 64 characters; target ≥ 1.5×) at batch sizes 1, 8 and 32
+(1 with ``--quick``): batching pays where the per-op overhead dominates (small batches), while at
+the protocol's batch of 32 both sides are bound by the same arithmetic (and the loop's models use
+fused attention, which vmap cannot). All timings are warmed up and interleaved
+(``gaugelab.cli.bench.time_calls``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+
+import torch
+import torch.nn.functional as F
+
+from gaugelab.cli.bench import ratio_cell, time_calls
+from gaugelab.determinism import deterministic
+from gaugelab.lowrank import factored_svd
+from gaugelab.models import Ensemble, Transformer, TransformerConfig
+from gaugelab.models.lora import inject_lora
+from gaugelab.optim import make_optimizer
+
+TITLE = "LoRA: factor-space SVD of s·B A vs dense SVD; E = 4 seeds as one ensemble vs a loop"
+COLUMNS = ["case", "ours", "ours ms", "peer", "peer ms", "ratio (peer / ours)", "target",
+           "peak memory ours / peer (MiB)", "memory ratio (peer / ours)"]  # fmt: skip
+RANK = 64
+SCALE = 2.0  # α/r with α = 2r
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (the profiler's C++ start/stop lines) for the block."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_mib(fn) -> float:
+    """Peak live torch CPU allocations (MiB) during one call of ``fn``: the running sum of every
+    recorded op's own allocations and frees, in start-time order (``torch.profiler``)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with _quiet_stderr(), torch.profiler.profile(activities=activities, profile_memory=True) as p:
+        fn()
+    live = peak = 0
+    for event in sorted(p.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak / 2**20
+
+
+def _svd_row(n: int, repeat: int) -> list:
+    g = torch.Generator().manual_seed(0)
+    B, A = torch.randn(n, RANK, generator=g), torch.randn(RANK, n, generator=g)
+    ours, dense = factored_svd(B, A, SCALE), torch.linalg.svd((B @ A) * SCALE, full_matrices=False)
+    # the two agree on the r leading singular values (the rest of the dense ones are ~0)
+    assert torch.allclose(ours.S, dense.S[:RANK], rtol=1e-3), "factored and dense SVDs disagree"
+    times = time_calls(
+        {"factored": lambda: factored_svd(B, A, SCALE),
+         "dense": lambda: torch.linalg.svd((B @ A) * SCALE, full_matrices=False)},
+        number=1, repeat=repeat,
+    )  # fmt: skip
+    mine = peak_mib(lambda: factored_svd(B, A, SCALE))
+    peer = peak_mib(lambda: torch.linalg.svd((B @ A) * SCALE, full_matrices=False))
+    return [f"SVD of s·B A, {n}×{n}, r = {RANK}", "factored_svd", times["factored"].cell(),
+            "B A + dense SVD", times["dense"].cell(digits=0),
+            ratio_cell(times["dense"], times["factored"], digits=0), "≥ 50×",
+            f"{mine:.2f} / {peer:.1f}", f"{peer / mine:.0f}×" if mine > 0 else "—"]  # fmt: skip
+
+
+def _config() -> TransformerConfig:
+    return TransformerConfig(
+        n_layers=3, d_model=64, n_heads=4, d_head=16, d_mlp=256, d_vocab=161, n_ctx=64,
+        act_fn="gelu", normalization="rmsnorm", positional="learned", causal=True, init_std=0.02,
+    )  # fmt: skip
+
+
+def _seed_models(members: int) -> list[Transformer]:
+    base = Transformer(_config(), seed=0)
+    models = []
+    for seed in range(members):
+        model = copy.deepcopy(base)
+        inject_lora(model, ["q_proj", "k_proj", "v_proj", "o_proj", "fc_in", "fc_out"], 4, 8.0,
+                    seed=seed)  # fmt: skip
+        with torch.no_grad():  # B = 0 at init: give every factor a value, as after training
+            for name, p in model.named_parameters():
+                if name.endswith("lora_B"):
+                    p.normal_(0, 0.02, generator=torch.Generator().manual_seed(seed))
+        models.append(model)
+    return models
+
+
+def _ensemble_row(batch: int, repeat: int, number: int) -> list:
+    members = 4
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(0, 161, (members, batch, 64), generator=g)
+    y = torch.randint(0, 161, (members, batch, 64), generator=g)
+    models = _seed_models(members)
+    ensemble = Ensemble(models)
+    joint = make_optimizer("adamw", [p for p in ensemble.parameters() if p.requires_grad],
+                           lr=1e-3, weight_decay=0.0, member_dims=1)  # fmt: skip
+    loop = [copy.deepcopy(m) for m in models]
+    single = [make_optimizer("adamw", [p for p in m.parameters() if p.requires_grad], lr=1e-3,
+                             weight_decay=0.0) for m in loop]  # fmt: skip
+
+    def ensemble_step() -> None:
+        joint.zero_grad(set_to_none=True)
+        logits = ensemble(x, member_inputs=True)  # [E, B, T, V]
+        loss = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
+        loss.view(members, -1).mean(dim=1).sum().backward()
+        joint.step()
+
+    def loop_step() -> None:
+        for e, (model, opt) in enumerate(zip(loop, single, strict=True)):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x[e]).flatten(0, 1), y[e].flatten()).backward()
+            opt.step()
+
+    times = time_calls({"ensemble": ensemble_step, "loop": loop_step}, number=number,
+                       repeat=repeat)  # fmt: skip
+    return [f"E = 4 LoRA seeds (r = 4), batch {batch} × 64, one AdamW step", "Ensemble (vmap)",
+            times["ensemble"].cell(digits=1), "per-seed loop", times["loop"].cell(digits=1),
+            ratio_cell(times["loop"], times["ensemble"]), "≥ 1.5×", "—", "—"]  # fmt: skip
+
+
+def run(*, quick: bool = False, progress=None) -> list[list]:
+    n, repeat = (1024, 3) if quick else (4096, 3)
+    batches = (1,) if quick else (1, 8, 32)
+    task = progress.add_task("lora", total=1 + len(batches)) if progress else None
+    rows = [_svd_row(n, repeat)]
+    if progress:
+        progress.advance(task)
+    with deterministic():
+        for batch in batches:
+            rows.append(_ensemble_row(batch, repeat=3 if quick else 5, number=2 if quick else 5))
+            if progress:
+                progress.advance(task)
+    return rows
