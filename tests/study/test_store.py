@@ -384,3 +384,20 @@ def test_check_reports_a_damaged_page_and_leaves_the_file_alone(tmp_path):
         s.check()
     assert str(path) in str(info.value) and "left untouched" in str(info.value)
     assert digest(path) == before
+
+
+def test_a_second_connection_in_one_process_never_reads_the_file_outside_sqlite(store, monkeypatch):
+    # closing any descriptor of the file would drop SQLite's POSIX locks of this process (and
+    # let another process delete the WAL under the open connection): the raw header is read
+    # only by a process's first connection
+    from gaugelab.study import _storefile
+
+    def raw_read(path):
+        raise AssertionError(f"raw read of {path} while a connection is open")
+
+    monkeypatch.setattr(_storefile, "check_header", raw_read)
+    with RunStore(store.path, create=False) as second:
+        assert second.runs() == []
+    store.close()
+    with pytest.raises(AssertionError, match="raw read"):  # none open: the header is checked
+        RunStore(store.path, create=False)

@@ -20,6 +20,7 @@ import contextlib
 import os
 import secrets
 import sqlite3
+import threading
 from pathlib import Path
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "not_writable",
     "open_store",
     "refused",
+    "release",
     "schema",
     "truncated",
 ]
@@ -269,6 +271,30 @@ def truncated(path: Path) -> bool:
     return size_valid and size < pages * page_size and not busy()
 
 
+# Stores this process has open, by (pid, device, inode) → open connections. While one is open,
+# the file must not be opened and closed outside SQLite: closing any descriptor of a file drops
+# every POSIX lock this process holds on it, SQLite's included, and another process could then
+# take this one's WAL for unused and delete it (a corrupt store). The header was checked when
+# the first connection opened, and that connection migrated an older schema.
+_OPEN: dict[tuple[int, int, int], int] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _file_key(path: Path) -> tuple[int, int, int]:
+    st = path.stat()
+    return os.getpid(), st.st_dev, st.st_ino
+
+
+def release(key: tuple[int, int, int]) -> None:
+    """Forget one connection that :func:`open_store` counted (call after closing it)."""
+    with _OPEN_LOCK:
+        left = _OPEN.get(key, 0) - 1
+        if left > 0:
+            _OPEN[key] = left
+        else:
+            _OPEN.pop(key, None)
+
+
 def not_writable(path: Path) -> str | None:
     """Why this process cannot write the existing store at ``path`` (its file or its folder is
     read-only for it: SQLite needs both, for the ``-wal`` and ``-shm`` files), or ``None``."""
@@ -406,7 +432,9 @@ def _not_a_folder(path: Path) -> Path | None:
     return None
 
 
-def open_store(path: Path, *, create_missing: bool) -> tuple[sqlite3.Connection, str | None]:
+def open_store(
+    path: Path, *, create_missing: bool
+) -> tuple[sqlite3.Connection, str | None, tuple[int, int, int]]:
     """Open the store file at ``path`` (creating it first if asked).
 
     Args:
@@ -414,10 +442,12 @@ def open_store(path: Path, *, create_missing: bool) -> tuple[sqlite3.Connection,
         create_missing: create a new store (and its parent directories) when nothing exists.
 
     Returns:
-        ``(connection, readonly)``: a connection in autocommit mode (``isolation_level=None``),
-        foreign keys on, 60 s busy timeout, WAL; and ``None``, or why the store is read-only
-        for this process (then the connection is read-only: ``mode=ro``). Only the header and
-        the schema have been read, not every page. A store of an older schema version is
+        ``(connection, readonly, key)``: a connection in autocommit mode
+        (``isolation_level=None``), foreign keys on, 60 s busy timeout, WAL; ``None``, or why
+        the store is read-only for this process (then the connection is read-only:
+        ``mode=ro``); and the key to :func:`release` once the connection is closed. Only the
+        header and the schema have been read, not every page (the raw header only when this
+        process has no other connection to the file). A store of an older schema version is
         migrated first (one transaction).
 
     Raises:
@@ -445,9 +475,20 @@ def open_store(path: Path, *, create_missing: bool) -> tuple[sqlite3.Connection,
             ) from None
     if path.is_dir():
         raise StoreError(f"{path}: is a directory, not a gaugelab run store")
+    key = _file_key(path)
+    with _OPEN_LOCK:
+        already = _OPEN.get(key, 0) > 0
+        _OPEN[key] = _OPEN.get(key, 0) + 1  # counted now: no raw read may start meanwhile
     try:
-        version = check_header(path)
-    except PermissionError as e:
-        raise StoreError(f"{path}: cannot read the run store ({e.strerror})") from None
-    readonly = not_writable(path)
-    return _connect(path, version, readonly), readonly
+        version = SCHEMA_VERSION
+        if not already:
+            try:
+                version = check_header(path)
+            except PermissionError as e:
+                raise StoreError(f"{path}: cannot read the run store ({e.strerror})") from None
+        readonly = not_writable(path)
+        conn = _connect(path, version, readonly)
+    except BaseException:
+        release(key)
+        raise
+    return conn, readonly, key

@@ -47,6 +47,7 @@ from gaugelab.study._storefile import (
     StoreError,
     open_store,
     refused,
+    release,
 )
 from gaugelab.study.spec import ExperimentSpec, Manifest
 
@@ -97,7 +98,7 @@ class RunStore(AttemptClaims, StoreQueries):
         self._path = Path(path).absolute()
         self._pid = os.getpid()
         self._conn: sqlite3.Connection | None = None
-        self._conn, self._readonly = open_store(self._path, create_missing=create)
+        self._conn, self._readonly, self._file = open_store(self._path, create_missing=create)
 
     def check(self) -> None:
         """Run SQLite's ``PRAGMA integrity_check`` (reads every page; slow on big stores).
@@ -138,6 +139,7 @@ class RunStore(AttemptClaims, StoreQueries):
         """Close the connection (idempotent)."""
         if self._conn is not None and os.getpid() == self._pid:
             self._conn.close()
+            release(self._file)
         self._conn = None
 
     def __enter__(self) -> RunStore:
