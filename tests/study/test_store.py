@@ -1,10 +1,13 @@
 """Tests of gaugelab.study.store: the append-only SQLite run store."""
 
 import hashlib
+import json
 import multiprocessing
 import os
 import shutil
 import sqlite3
+import tempfile
+from pathlib import Path
 
 import pytest
 from pydantic import Field
@@ -401,3 +404,123 @@ def test_a_second_connection_in_one_process_never_reads_the_file_outside_sqlite(
     store.close()
     with pytest.raises(AssertionError, match="raw read"):  # none open: the header is checked
         RunStore(store.path, create=False)
+
+
+# --- environment failures: one line naming the path and what to do ------------------------
+
+
+def test_a_50_byte_file_with_the_sqlite_magic_is_called_truncated(tmp_path):
+    path = tmp_path / "store.sqlite"
+    path.write_bytes(b"SQLite format 3\x00" + bytes(34))
+    with pytest.raises(StoreError) as info:
+        RunStore(path)
+    assert str(info.value).startswith(f"{path}: truncated SQLite file (50 bytes")
+    assert "\n" not in str(info.value) and "first bytes" not in str(info.value)
+    assert path.read_bytes() == b"SQLite format 3\x00" + bytes(34)
+
+
+@pytest.mark.parametrize("below", ["store.sqlite", "sub/store.sqlite"])
+def test_a_store_under_a_regular_file_is_refused_naming_that_file(tmp_path, below):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("a file, not a folder")
+    path = blocker / below
+    for create in (True, False):
+        with pytest.raises(StoreError) as info:
+            RunStore(path, create=create)
+        assert str(info.value) == (
+            f"{path}: {blocker} is a file, not a folder, so no run store can be there; choose "
+            "another --store path"
+        )
+
+
+def _as_unprivileged(work) -> list:
+    """``work()`` where file permissions apply: as user nobody in a forked child when this
+    process is root (root ignores them), else here; returns its JSON-able result."""
+    if os.geteuid() != 0:
+        return work()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest from here on
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            out = json.dumps(work())
+        except BaseException as e:
+            out = json.dumps([f"{type(e).__name__}: {e}"])
+        os.write(write, out.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.fixture
+def shared_dir():
+    """A folder user nobody can enter (pytest's tmp_path is private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="gaugelab-perm-"))
+    folder.chmod(0o755)
+    yield folder
+    for p in folder.rglob("*"):
+        if p.is_dir():
+            p.chmod(0o777)
+    shutil.rmtree(folder)
+
+
+def _read_then_write(path: Path) -> list:
+    out = []
+    with RunStore(path, create=False) as s:
+        out.append(s.readonly)
+        out.append([r.name for r in s.studies()])
+        try:
+            s.add_study("later")
+        except StoreError as e:
+            out.append(str(e))
+    return out
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_read_only_store_is_read_and_a_write_is_one_line_naming_why(shared_dir, what):
+    folder = shared_dir / "runs"
+    folder.mkdir()
+    path = folder / "store.sqlite"
+    with RunStore(path) as s:
+        s.add_study("kept")
+    before = digest(path)
+    if what == "file":
+        folder.chmod(0o777)
+        path.chmod(0o444)
+        why = "the file is read-only"
+    else:
+        path.chmod(0o666)
+        folder.chmod(0o555)
+        why = f"its folder {folder} is read-only"
+    readonly, studies, error = _as_unprivileged(lambda: _read_then_write(path))
+    assert (readonly, studies) == (why, ["kept"])  # a read-only command works
+    assert error == (
+        f"{path}: the run store is read-only for this process ({why}); writing needs write "
+        "access to the file and its folder: fix the permissions or choose another --store"
+    )
+    assert digest(path) == before
+
+
+def test_no_store_can_be_created_in_a_read_only_folder(shared_dir):
+    folder = shared_dir / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    path = folder / "store.sqlite"
+
+    def create() -> list:
+        try:
+            RunStore(path)
+        except StoreError as e:
+            return [str(e)]
+        return ["created"]
+
+    (message,) = _as_unprivileged(create)
+    assert message == (
+        f"{path}: cannot create a run store there (Permission denied); choose a --store path "
+        "in a folder you can write"
+    )
+    assert list(folder.iterdir()) == []

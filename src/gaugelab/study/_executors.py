@@ -1,4 +1,5 @@
-"""Where a sweep's runs execute: in this process, on a local process pool, or on Ray.
+"""Where a sweep's runs execute: in this process, or on a local process pool (Ray:
+:mod:`gaugelab.study._ray`).
 
 Each backend takes runs (``submit``), hands back their :class:`~gaugelab.study.runner.Outcome`
 as they end (``poll``), forwards the runs' step progress to the driver's callback, and stops
@@ -119,7 +120,7 @@ def lost(store_path: str, identity: str, message: str) -> Outcome:
     return Outcome(identity, ordinal, "infrastructure_failure", message, retryable=True)
 
 
-def _cancelled(store_path: str, identities: list[str]) -> list[Outcome]:
+def cancelled(store_path: str, identities: list[str]) -> list[Outcome]:
     """End the abandoned attempts of interrupted runs whose worker was stopped as
     ``cancelled``."""
     outcomes = []
@@ -130,7 +131,7 @@ def _cancelled(store_path: str, identities: list[str]) -> list[Outcome]:
     return outcomes
 
 
-def _set_threads(threads: int | None) -> None:
+def set_threads(threads: int | None) -> None:
     if threads is not None:
         import torch
 
@@ -159,7 +160,7 @@ class InProcess:
         import torch
 
         before = torch.get_num_threads()
-        _set_threads(self._threads)
+        set_threads(self._threads)
         progress = None
         if self._labels.wanted:
             identity = task.identity
@@ -197,7 +198,7 @@ def _init_worker(threads: int | None, queue: Any, driver: Owner) -> None:
     global _QUEUE, _DRIVER
     _QUEUE, _DRIVER = queue, driver
     signal.signal(signal.SIGINT, runner.worker_sigint)
-    _set_threads(threads)
+    set_threads(threads)
 
     def watch() -> None:
         while True:
@@ -309,7 +310,7 @@ class LocalPool:
             elif not future.cancelled():
                 unrecorded.append(task.identity)
         _stop(processes)
-        return outcomes + _cancelled(self._store, unrecorded)
+        return outcomes + cancelled(self._store, unrecorded)
 
     def close(self) -> None:
         self._shutdown(wait_for_workers=True)
@@ -331,129 +332,3 @@ def _stop(processes: list[Any]) -> None:
             if process.is_alive():
                 process.kill()
                 process.join(timeout=2.0)
-
-
-# --- Ray ---------------------------------------------------------------------------------------
-
-
-def _ray_task(store_path: str, task: Task, threads: int | None, queue: Any, driver: Owner):
-    """Execute one run in a Ray worker (progress through the Ray queue)."""
-    _set_threads(threads)
-    progress = Throttled(task.identity, queue.put_nowait) if queue is not None else None
-    try:
-        return execute_run(
-            store_path,
-            task.identity,
-            *task.reference,
-            progress,
-            distrust_through=task.distrust_through,
-            driver=driver,
-        )
-    except RunInterrupted as exc:
-        return exc.outcome
-
-
-def _ray(max_workers: int | None, address: str | None) -> tuple[Any, bool]:
-    """``(ray, started)``: Ray initialised (a local one of ``max_workers`` CPUs, or the
-    cluster at ``address``); ``started`` when this call initialised it."""
-    try:
-        import ray
-    except ImportError:
-        raise ValueError(
-            "run_sweep: executor='ray' needs Ray; install gaugelab[ray] (pip install 'ray')"
-        ) from None
-    if ray.is_initialized():
-        return ray, False
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        # a local cluster imports what this process can: spec classes outside gaugelab too
-        import sys
-
-        path = os.pathsep.join(p for p in sys.path if p)
-        ray.init(
-            num_cpus=max_workers or os.cpu_count(),
-            include_dashboard=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": {"PYTHONPATH": path}},
-        )
-    return ray, True
-
-
-class RayPool:
-    """Runs as Ray tasks of one CPU each; a Ray this backend initialised is shut down by
-    :meth:`close` and :meth:`interrupt`."""
-
-    def __init__(
-        self,
-        store_path: str,
-        max_workers: int | None,
-        address: str | None,
-        threads: int | None,
-        labels: Labels,
-    ) -> None:
-        self._ray, self._started = _ray(max_workers, address)
-        self._store, self._threads, self._labels = store_path, threads, labels
-        self._remote = self._ray.remote(num_cpus=1, max_retries=0)(_ray_task)
-        self._queue = None
-        if labels.wanted:
-            from ray.util.queue import Queue
-
-            self._queue = Queue(actor_options={"num_cpus": 0})
-        self._refs: dict[Any, Task] = {}
-        self._driver = this_process()
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._refs)
-
-    def submit(self, task: Task) -> None:
-        ref = self._remote.remote(self._store, task, self._threads, self._queue, self._driver)
-        self._refs[ref] = task
-
-    def _drain(self) -> None:
-        if self._queue is None:
-            return
-        with contextlib.suppress(Exception):
-            size = self._queue.qsize()
-            for identity, label, step, total in self._queue.get_nowait_batch(size):
-                self._labels.report(identity, label, step, total)
-
-    def poll(self, timeout: float) -> list[Outcome]:
-        ready, _ = self._ray.wait(list(self._refs), num_returns=1, timeout=timeout)
-        self._drain()
-        outcomes = []
-        for ref in ready:
-            task = self._refs.pop(ref)
-            try:
-                outcomes.append(self._ray.get(ref))
-            except Exception as exc:  # the worker died: the environment failed, not the run
-                outcomes.append(lost(self._store, task.identity, f"{type(exc).__name__}: {exc}"))
-            self._labels.finished(task.identity)
-        return outcomes
-
-    def interrupt(self) -> list[Outcome]:
-        refs = list(self._refs.items())
-        self._refs.clear()
-        for ref, _ in refs:
-            with contextlib.suppress(Exception):
-                self._ray.cancel(ref)
-        outcomes, unrecorded = [], []
-        try:
-            self._ray.wait([r for r, _ in refs], num_returns=len(refs), timeout=GRACE_SECONDS)
-        except KeyboardInterrupt:
-            pass
-        for ref, task in refs:
-            try:
-                outcomes.append(self._ray.get(ref, timeout=0))
-            except BaseException:  # cancelled, still running or lost: settled below
-                unrecorded.append(task.identity)
-        self.close()
-        return outcomes + _cancelled(self._store, unrecorded)
-
-    def close(self) -> None:
-        self._drain()
-        self._queue = None
-        if self._started:
-            self._started = False
-            self._ray.shutdown()

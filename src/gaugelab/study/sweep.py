@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gaugelab.study._executors import POLL_SECONDS, InProcess, Labels, LocalPool, RayPool, Task
+from gaugelab.study._executors import POLL_SECONDS, InProcess, Labels, LocalPool, Task
+from gaugelab.study._ray import RayPool
 from gaugelab.study.runner import HELD, REUSED, Outcome, RunInterrupted, spec_reference
 from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
