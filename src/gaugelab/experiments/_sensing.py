@@ -55,7 +55,7 @@ class SensingExperiment(ExperimentSpec):
     schedule: Literal["reference", "constant", "cosine"] = Field(
         "reference",
         description="reference: cosine decay for the decayed set only (§3); constant: no "
-        "decay; cosine: η_t = η·½(1 + cos(π t/T)) for every rule.",
+        "decay; cosine: η_s = η·½(1 + cos(π s/T)) at 1-based step s for every rule.",
     )
     tail: float = Field(
         0.0, ge=0, lt=1, description="Spectral-tail weight τ of the target (0: exactly low rank)."
