@@ -4,8 +4,8 @@ Nothing here recomputes what a run stored: the curves and final losses are each 
 ``result`` artifact, read only after its sha256 check (a changed file makes the run
 ``unverified``, never a row).
 
-Source: biderman2024lora (target learning against retention); docs/protocols.md (LoRA
-fine-tuning).
+Source: biderman2024lora (target learning against retention); docs/commands/lora.md (the
+protocol).
 """
 
 from __future__ import annotations

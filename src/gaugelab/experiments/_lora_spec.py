@@ -5,8 +5,8 @@
 is the fine-tuning study on the *target* domain (the pinned standard-library source by default):
 full fine-tuning and LoRA at each rank of ``ranks``; a run of it holds exactly one candidate
 (``full`` alone, or one rank). It embeds the pretrain spec, so the pretrain run's identity is
-part of every fine-tuning run's identity. Every default is the protocol of docs/protocols.md
-(the LoRA fine-tuning section) and fits in about ten minutes on two cores.
+part of every fine-tuning run's identity. Every default is the protocol of docs/commands/lora.md
+and fits in about ten minutes on two cores.
 
 Source: biderman2024lora (full fine-tuning against LoRA on code, learning against forgetting;
 ``α = 2r``); hu2021lora, §4.1; seed 003 §0x0BC (the source's configuration).
@@ -32,9 +32,9 @@ ALL_TARGETS: tuple[str, ...] = ATTENTION + MLP
 fine-tuning."""
 TARGET_GROUPS: dict[str, tuple[str, ...]] = {"attention": ATTENTION, "mlp": MLP}
 """Group names accepted beside module names (``--targets attention``)."""
-LORA_LR = 2e-3
+LORA_LR = 5e-3
 """The protocol's LoRA learning rate (AdamW; ours, chosen on the default corpus)."""
-FULL_LR = 5e-4
+FULL_LR = 1e-3
 """The protocol's full fine-tuning learning rate (AdamW; ours)."""
 QUICK: dict[str, Any] = {
     "pretrain": {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_mlp": 64, "steps": 30,
@@ -88,7 +88,7 @@ class PretrainSpec(ExperimentSpec):
     loss of both domains is logged every ``eval_every`` steps on ``val_batches`` fixed batches
     (drawn from ``eval_seed``); the fine-tuning runs evaluate on the same batches.
 
-    Source: karpathy2015char; docs/protocols.md (LoRA fine-tuning).
+    Source: karpathy2015char; docs/commands/lora.md (the protocol).
     """
 
     kind: ClassVar[str] = "lora-pretrain"
@@ -153,7 +153,7 @@ class FinetuneSpec(ExperimentSpec):
     reuses the stored full fine-tuning run).
 
     Source: biderman2024lora (full fine-tuning against LoRA, ``α = 2r``); hu2021lora, §4.1;
-    kalajdzievski2023rank (rsLoRA); docs/protocols.md (LoRA fine-tuning).
+    kalajdzievski2023rank (rsLoRA); docs/commands/lora.md (the protocol).
     """
 
     kind: ClassVar[str] = "lora-finetune"

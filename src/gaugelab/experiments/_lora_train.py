@@ -8,7 +8,7 @@ context they log those losses, write a checkpoint every ``checkpoint_every`` ste
 parameters, optimizer state, stream states, curves) and continue from the latest one after an
 interruption, bit for bit.
 
-Source: docs/protocols.md (LoRA fine-tuning); biderman2024lora (the learning–forgetting
+Source: docs/commands/lora.md (the protocol); biderman2024lora (the learning–forgetting
 measurement).
 """
 

@@ -121,9 +121,10 @@ def joint_table(result: InspectResult) -> rep.Table | None:
                  r["base_retention"], r["base_retention"]])  # fmt: skip
     logged = ""
     if "logged_target" in r:
+        how = " with the unmerged adapter" if result.method == "lora" else ""
         logged = (
             f" The run logged {r['logged_target']:.4f} (target) and "
-            f"{r['logged_retention']:.4f} (retention) with the unmerged adapter."
+            f"{r['logged_retention']:.4f} (retention){how}."
         )
     return rep.Table(
         title="Evidence ladder, every module replaced jointly: validation loss",

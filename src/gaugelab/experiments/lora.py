@@ -1,6 +1,6 @@
 """LoRA on real text: pretrain, fine-tune (full and LoRA at several ranks), inspect adapters.
 
-The fine-tuning study (docs/protocols.md, LoRA fine-tuning): a small causal character
+The fine-tuning study (docs/commands/lora.md, the protocol): a small causal character
 Transformer is pretrained on the *retention* domain (tiny-shakespeare) — a stored run of its
 own, :class:`PretrainSpec` — and then fine-tuned on the *target* domain (the pinned
 standard-library source of the running interpreter) by every candidate of a
@@ -157,7 +157,7 @@ def run_lora_finetune(
         ValueError: a bad executor option, or a study name already used by another spec.
         FileExistsError: ``report_dir`` already holds a report.
 
-    Source: biderman2024lora; docs/protocols.md (LoRA fine-tuning).
+    Source: biderman2024lora; docs/commands/lora.md (the protocol).
     """
     spec = spec or FinetuneSpec()
     sweep = plan(spec, study)
