@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from gaugelab.adapters import Adapter
-from gaugelab.experiments._lora_ladder import mean_loss
-from gaugelab.experiments._lora_train import (
+from gaugelab.experiments._lora_data import (
     BASE_PREFIX,
     base_model,
     eval_batches,
     load_corpus,
     pretrain_weights,
 )
+from gaugelab.experiments._lora_ladder import mean_loss
 from gaugelab.experiments.lora import (
     ALL_TARGETS,
     FinetuneSpec,

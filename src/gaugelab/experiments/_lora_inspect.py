@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from gaugelab.adapters import Adapter
+from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus
 from gaugelab.experiments._lora_ladder import (
     JointRow,
     LadderRow,
@@ -32,16 +32,14 @@ from gaugelab.experiments._lora_ladder import (
     ladder,
     mean_loss,
 )
-from gaugelab.experiments._lora_spec import ALL_TARGETS, FinetuneSpec, PretrainSpec
-from gaugelab.experiments._lora_train import (
-    BASE_PREFIX,
-    base_model,
-    eval_batches,
-    load_corpus,
-    pretrain_weights,
-    read_adapter_bytes,
+from gaugelab.experiments._lora_sources import (
+    CANDIDATE,
+    Source,
+    candidate_run,
+    resolve_path,
+    resolve_run,
 )
-from gaugelab.experiments._study import ArtifactError, verified_bytes, verified_json
+from gaugelab.experiments._lora_spec import ALL_TARGETS
 from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
 
@@ -122,141 +120,6 @@ def _family(module: str) -> str:
         leaf, "other")  # fmt: skip
 
 
-@dataclass
-class _Source:
-    """What a source resolved to: updates, and (when known) base model and data."""
-
-    source: str
-    label: str
-    method: str
-    seed: int | None
-    factors: dict[str, tuple[torch.Tensor, torch.Tensor, float]]  # LoRA: B, A, s
-    dense: dict[str, torch.Tensor]  # full: module → ΔW (the 2-D linear updates)
-    others: dict[str, torch.Tensor]  # full: every other parameter's delta
-    dtype: torch.dtype
-    pretrain: PretrainSpec | None = None
-    weights: dict[str, torch.Tensor] | None = None
-    logged: dict[str, float] = field(default_factory=dict)
-    missing: list[str] = field(default_factory=list)
-
-
-def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -> _Source:
-    factors = {m: (a.B, a.A, a.scale) for m, a in adapter.modules.items()}
-    dtype = next(iter(adapter.modules.values())).A.dtype
-    found = _Source(source, kw.pop("label", "adapter"), "lora", kw.pop("seed", None), factors,
-                    {}, {}, dtype, **kw)  # fmt: skip
-    if adapter.config.fan_in_fan_out:
-        found.missing.append("fan_in_fan_out adapters are read as [d_out, d_in] updates")
-    return found
-
-
-def _pretrain_of(store: RunStore | None, identity: str) -> PretrainSpec | None:
-    if store is None:
-        return None
-    try:
-        row = store.run(identity)
-    except ValueError:
-        return None
-    return PretrainSpec.model_validate(row.spec) if row.kind == PretrainSpec.kind else None
-
-
-def _resolve_path(path: Path, store: RunStore | None) -> _Source:
-    adapter = Adapter.load(path)
-    found = _from_adapter(adapter, str(path), store)
-    name = adapter.config.base_model_name_or_path or ""
-    why = (
-        f"its base model ({name!r}) is not a gaugelab pretrain run"
-        if not name.startswith(BASE_PREFIX)
-        else f"its base model, pretrain run {name.removeprefix(BASE_PREFIX)[:12]}, is not "
-        f"completed in {store.path if store else 'the store'}"
-    )
-    spec = None
-    if name.startswith(BASE_PREFIX):
-        spec = _pretrain_of(store, name.removeprefix(BASE_PREFIX))
-    if spec is not None:
-        try:
-            found.weights, found.pretrain = pretrain_weights(store, spec), spec
-        except (ValueError, ArtifactError) as exc:  # AdmissionError is a ValueError
-            why = str(exc)
-    if found.pretrain is None:
-        found.missing.append(
-            f"evidence ladder (output residuals on real activations, end-to-end losses): {why}; "
-            "the weight-space columns need only the factors"
-        )
-    return found
-
-
-_CANDIDATE = re.compile(r"full|lora r=\d+")
-
-
-def _candidate_run(store: RunStore, label: str, study: str | None) -> str:
-    """The identity of candidate ``label`` in ``study`` (default: the newest fine-tuning
-    study of the store that has it)."""
-    studies = [s for s in store.studies() if s.kind == FinetuneSpec.kind]
-    if study is not None:
-        studies = [s for s in studies if s.name == study]
-        if not studies:
-            raise ValueError(
-                f"inspect_lora: study={study!r} is no fine-tuning study of {store.path}"
-            )
-    for row in reversed(studies):
-        for run in store.runs(row.name):
-            spec = run.spec
-            name = "full" if spec["full"] else f"lora r={spec['ranks'][0]}"
-            if name == label:
-                return run.identity
-    where = f"study {study!r}" if study else f"any fine-tuning study of {store.path}"
-    raise ValueError(f"inspect_lora: no candidate {label!r} in {where}")
-
-
-def _resolve_run(store: RunStore, prefix: str, seed: int | None) -> _Source:
-    row = store.run(prefix)
-    if row.kind != FinetuneSpec.kind:
-        raise ValueError(
-            f"inspect_lora: run {row.identity[:12]} is a {row.kind!r} run; allowed: a "
-            f"{FinetuneSpec.kind!r} run (a LoRA or full fine-tuning candidate) or an adapter "
-            "folder"
-        )
-    spec = FinetuneSpec.model_validate(row.spec)
-    done = [a.ordinal for a in store.attempts(row.identity) if a.termination == "completed"]
-    if not done:
-        raise ValueError(f"inspect_lora: run {row.identity[:12]} has not completed")
-    seed = spec.seeds[0] if seed is None else seed
-    if seed not in spec.seeds:
-        raise ValueError(f"inspect_lora: seed={seed}; allowed: {', '.join(map(str, spec.seeds))}")
-    artifacts = [a for a in store.artifacts(row.identity) if a.ordinal == done[-1]]
-    result = verified_json(next(a for a in artifacts if a.kind == "result"))
-    name = result["files"][str(seed)]
-    method, rank = spec.candidate
-    label = "full" if rank is None else f"lora r={rank}"
-    e = spec.seeds.index(seed)
-    curves = result["curves"]
-    logged = {"logged_target": curves["target"][-1][e],
-              "logged_retention": curves["retention"][-1][e]}  # fmt: skip
-    weights = pretrain_weights(store, spec.pretrain)
-    where = f"run {row.identity[:12]}"
-    if method == "lora":
-        files = {a.path.name: verified_bytes(a) for a in artifacts
-                 if a.kind == "adapter" and a.path.parent.name == name}  # fmt: skip
-        return _from_adapter(read_adapter_bytes(files), where, store, label=label, seed=seed,
-                             pretrain=spec.pretrain, weights=weights, logged=logged)  # fmt: skip
-    import safetensors.torch
-
-    data = verified_bytes(next(a for a in artifacts if a.kind == "deltas" and a.path.name == name))
-    deltas = safetensors.torch.load(data)
-    targets = tuple(spec.targets)
-    dense, others = {}, {}
-    for key, value in deltas.items():
-        module = key.removesuffix(".weight")
-        if key.endswith(".weight") and value.dim() == 2 and module.rsplit(".", 1)[-1] in targets:
-            dense[module] = value
-        else:
-            others[key] = value
-    dtype = next(iter(dense.values())).dtype
-    return _Source(where, label, "full", seed, {}, dense, others, dtype, spec.pretrain, weights,
-                   logged)  # fmt: skip
-
-
 def _module_report(module: str, update: object, configured: int | None, scale: float | None,
                    shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype):  # fmt: skip
     policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype)
@@ -323,23 +186,23 @@ def inspect_lora(
         db = None
     try:
         if path.exists():
-            found = _resolve_path(path, db)
+            found = resolve_path(path, db)
         elif db is None:
             raise ValueError(
                 f"inspect_lora: {str(source)!r} is not an adapter folder, and there is no run "
                 f"store at {store} to look it up as a run"
             )
-        elif _CANDIDATE.fullmatch(str(source)):
-            found = _resolve_run(db, _candidate_run(db, str(source), study), seed)
+        elif CANDIDATE.fullmatch(str(source)):
+            found = resolve_run(db, candidate_run(db, str(source), study), seed)
         else:
-            found = _resolve_run(db, str(source), seed)
+            found = resolve_run(db, str(source), seed)
         return _inspect(found, ranks, evidence)
     finally:
         if opened is not None:
             opened.close()
 
 
-def _inspect(found: _Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:
+def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:
     f64 = torch.float64
     modules, deltas = [], {}
     for m, (B, A, s) in found.factors.items():

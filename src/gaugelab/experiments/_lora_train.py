@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import math
 import time
@@ -31,21 +30,22 @@ import torch.nn.functional as F
 from gaugelab.adapters import Adapter
 from gaugelab.determinism import deterministic
 from gaugelab.errors import NonFiniteError
+from gaugelab.experiments._lora_data import (
+    BASE_PREFIX,
+    DOMAINS,
+    Batches,
+    base_model,
+    eval_batches,
+    load_corpus,
+    pretrain_weights,
+    run_store,
+)
 from gaugelab.experiments._lora_spec import FinetuneSpec, PretrainSpec
-from gaugelab.experiments._study import ArtifactError, verified_bytes
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import make_optimizer
-from gaugelab.study.runner import AdmissionError
 from gaugelab.study.store import StoreError
-from gaugelab.tasks import TwoDomainSpec, TwoDomainText
-
-DOMAINS = ("retention", "target")
-BASE_PREFIX = "gaugelab:lora-pretrain:"
-"""``base_model_name_or_path`` of the adapters written here: the prefix and the pretrain run's
-identity, so :func:`gaugelab.experiments.lora.inspect_lora` finds base model and data again."""
-
-Batches = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
+from gaugelab.tasks import TwoDomainText
 
 
 @dataclass
@@ -67,25 +67,6 @@ class Curves:
     def final(self, domain: str) -> list[float]:
         """``[E]`` the last check's validation loss of ``domain``."""
         return list(getattr(self, domain)[-1])
-
-
-@functools.lru_cache(maxsize=2)
-def load_corpus(spec: TwoDomainSpec) -> TwoDomainText:
-    """:class:`TwoDomainText` of ``spec``, read (and its digests checked) once per process:
-    the pretrain and every candidate of a study share it. Read-only."""
-    return TwoDomainText(spec)
-
-
-def eval_batches(corpus: TwoDomainText, spec: PretrainSpec) -> Batches:
-    """The fixed validation batches: ``val_batches`` of each domain's validation split, drawn
-    from one generator seeded ``eval_seed`` (retention first), each ``(x, y)`` of
-    ``[val_batch_size, block_size]`` longs."""
-    gen = torch.Generator().manual_seed(spec.eval_seed)
-    return {
-        d: [corpus.domain(d).get_batch("val", spec.val_batch_size, gen) for _ in
-            range(spec.val_batches)]
-        for d in DOMAINS
-    }  # fmt: skip
 
 
 def member_losses(ensemble: Ensemble, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]):
@@ -305,40 +286,6 @@ def train_pretrain(spec: PretrainSpec, run: Any = None) -> tuple[Transformer, Cu
     return trained, curves
 
 
-def pretrain_weights(store: Any, spec: PretrainSpec) -> dict[str, torch.Tensor]:
-    """The state dict of the completed pretrain run of ``spec`` in ``store``, read from its
-    ``weights`` artifact after the sha256 check.
-
-    Raises:
-        AdmissionError: the run is not in the store or has not completed.
-        ArtifactError: the weights file is missing or changed since the run wrote it.
-    """
-    identity = spec.identity()
-    done = [a.ordinal for a in store.attempts(identity) if a.termination == "completed"]
-    if not done:
-        raise AdmissionError(
-            f"the pretrain run {identity[:12]} has not completed in {store.path}; run the "
-            "study with run_lora_finetune (gaugelab lora finetune), which runs it first"
-        )
-    found = [a for a in store.artifacts(identity) if a.kind == "weights" and a.ordinal == done[-1]]
-    if not found:
-        raise ArtifactError(f"the pretrain run {identity[:12]} recorded no weights file")
-    return safetensors.torch.load(verified_bytes(found[-1]))
-
-
-def base_model(spec: PretrainSpec, weights: dict[str, torch.Tensor], d_vocab: int) -> Transformer:
-    """The pretrained Transformer with ``weights`` loaded (strict)."""
-    model = Transformer(spec.transformer_config(d_vocab), dtype=getattr(torch, spec.dtype))
-    model.load_state_dict(weights, strict=True)
-    return model
-
-
-def run_store(run: Any) -> Any:
-    """The run store a run context writes to (``run.store`` when the harness exposes it)."""
-    store = getattr(run, "store", None)
-    return store if store is not None else run._store
-
-
 def train_finetune(spec: FinetuneSpec, run: Any) -> None:
     """Fine-tune one candidate (``spec.candidate``) on the target domain from the pretrain
     run's verified weights, and record it.
@@ -406,37 +353,5 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
     _write_json(run, "result.json", result, "result")
 
 
-def load_deltas(data: bytes) -> dict[str, torch.Tensor]:
-    """A ``deltas`` artifact's tensors from its verified bytes."""
-    return safetensors.torch.load(data)
-
-
-def read_adapter_bytes(files: dict[str, bytes]) -> Adapter:
-    """An :class:`Adapter` from the verified bytes of its folder's files (name → bytes),
-    written to a private temporary folder and loaded from there."""
-    import tempfile
-    from pathlib import Path
-
-    with tempfile.TemporaryDirectory(prefix="gaugelab-adapter-") as tmp:
-        for name, data in files.items():
-            (Path(tmp) / name).write_bytes(data)
-        return Adapter.load(tmp)
-
-
-__all__ = [
-    "BASE_PREFIX",
-    "Curves",
-    "Loop",
-    "base_model",
-    "eval_batches",
-    "load_corpus",
-    "load_deltas",
-    "lr_factor",
-    "member_losses",
-    "pretrain_weights",
-    "read_adapter_bytes",
-    "run_store",
-    "train_finetune",
-    "train_members",
-    "train_pretrain",
-]
+__all__ = ["Curves", "Loop", "lr_factor", "member_losses", "train_finetune", "train_members",
+           "train_pretrain"]  # fmt: skip
