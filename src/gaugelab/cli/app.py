@@ -1,7 +1,7 @@
 """The ``gaugelab`` command: the Typer app, one module per command group, and ``main``.
 
 Commands are registered in the order ``gaugelab --help`` lists them: ``optimizers``, ``check``
-(cli/optimizers.py, cli/check.py), ``bench`` (cli/bench.py), ``twins``,
+(cli/optimizers.py, cli/check.py), ``bench`` (cli/bench.py), ``twins``, ``lora`` (cli/lora.py),
 ``report`` and ``runs`` (cli/runs.py), ``zoo`` and ``dial`` (cli/zoo.py). Every command is then
 guarded (cli/_errors.py): Ctrl-C prints ``interrupted`` and exits 130, a failure of the machine
 (full disk, read-only folder, a path under a regular file) is one line, never a traceback.
@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from gaugelab.cli import bench, check, optimizers, runs, twins, zoo
+from gaugelab.cli import bench, check, lora, optimizers, runs, twins, zoo
 from gaugelab.cli._errors import guarded
 
 app = typer.Typer(
@@ -23,7 +23,8 @@ app = typer.Typer(
         "Optimizer geometry on factored models. The main job: `gaugelab twins` (the "
         "attention-head twin protocol). Also: the optimizer zoo and its certificates "
         "(`optimizers`, `check`), the matrix-sensing zoo and the Adam-p dial (`zoo`, `dial`), "
-        "the run store (`runs`, `report`) and benchmarks (`bench`)."
+        "LoRA fine-tuning and adapter inspection (`lora`), the run store (`runs`, "
+        "`report`) and benchmarks (`bench`)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -66,6 +67,7 @@ optimizers.register(app)
 check.register(app)
 bench.register(app)
 twins.register(app)
+lora.register(app)
 runs.register(app)
 zoo.register(app)
 _guard_every_command(app)

@@ -12,12 +12,17 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from gaugelab.experiments import dial, twins, zoo
+from gaugelab.experiments import dial, lora, twins, zoo
 from gaugelab.experiments._study import study_row
 from gaugelab.study.store import RunStore
 from gaugelab.study.summary import write_study_report
 
-EXPERIMENTS: dict[str, ModuleType] = {"zoo": zoo, "dial": dial, "twins": twins}
+EXPERIMENTS: dict[str, ModuleType] = {
+    "zoo": zoo,
+    "dial": dial,
+    "twins": twins,
+    "lora-finetune": lora,
+}
 """Study kind → the experiment module (``collect``, ``tables``, ``report``)."""
 
 
