@@ -1,5 +1,6 @@
-"""What the zoo reads back is verified, study names stay inside the output folder, a missing
-cvxpy skips the convex row, and ``gaugelab report`` writes the experiment's own report."""
+"""What the zoo and the twins read back is verified, study names stay inside the output folder,
+a missing cvxpy skips the convex row, and ``gaugelab report`` writes the experiment's own
+report."""
 
 import json
 import re
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from gaugelab.experiments import registry, zoo
+from gaugelab.experiments import registry, twins, zoo
 from gaugelab.experiments._sensing import SensingBatch
 from gaugelab.experiments._study import UNVERIFIED
 from gaugelab.experiments._training import train_rule
@@ -92,6 +93,47 @@ def test_a_tampered_result_is_reexecuted_by_the_same_command(tiny):
     assert len(done) == 2  # a new attempt; the first one is kept
     (line,) = again.resumed_lines()
     assert line.startswith(f"run {identity[:12]} executed again: {path}")
+
+
+TINY_TWIN = twins.TwinSpec(steps=1, checkpoints=(0, 1))
+
+
+@pytest.fixture
+def tiny_twins(tmp_path):
+    store = tmp_path / "store.sqlite"
+    outcome = twins.run_twins_study(["adam"], base=TINY_TWIN, store=store, write_report=False)
+    assert [r.termination for r in outcome.result.rows] == ["completed"]
+    with RunStore(store, create=False) as db:
+        (run,) = db.runs(outcome.study)
+        (art,) = [a for a in db.artifacts(run.identity) if a.kind == "summary"]
+    return store, outcome, run.identity, art.path
+
+
+def _claim_equivariant(path):  # the hand edit a reader would hope for
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["verdict"] = "equivariant"
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [_claim_equivariant, _flip, lambda p: p.unlink()],
+    ids=["edited", "flipped", "deleted"],
+)
+def test_a_tampered_twins_summary_makes_the_run_unverified(tiny_twins, tamper):
+    store, before, identity, path = tiny_twins
+    assert before.result.rows[0].verdict == "basis-sensitive"
+    tamper(path)
+    with RunStore(store, create=False) as db:
+        result = twins.collect(db, before.study)
+    (row,) = result.rows
+    assert row.termination == UNVERIFIED and row.verdict == UNVERIFIED  # never the edited one
+    (failure,) = result.failures
+    assert failure.identity == identity
+    assert str(path) in failure.message and identity[:12] in failure.message
+    assert "rerun the same command" in failure.message and "\n" not in failure.message
+    assert row.distances == before.result.rows[0].distances  # the store's own metrics stay
+    assert not result.paired
 
 
 @pytest.mark.parametrize("study", ["../../escape", "/abs/escape", "..", "a/../../b"])

@@ -188,7 +188,7 @@ def synthetic_result(optimizers=("adam", "heavy-ball", "scalar-adam", "muon-hybr
 
 
 def test_the_twin_figure_has_a_panel_per_optimizer_in_one_colour_each():
-    from gaugelab.experiments._twins_results import optimizer_colors, twin_panels
+    from gaugelab.experiments._twins_figures import optimizer_colors, twin_panels
 
     result = synthetic_result()
     colors = optimizer_colors(result.rows)

@@ -1,14 +1,15 @@
-"""The twin study read back from the store: rows, verdicts, paired statistics, tables, report.
+"""The twin study read back from the store: rows, verdicts, paired statistics, tables, report
+(its figures: :mod:`gaugelab.experiments._twins_figures`).
 
 Nothing here recomputes what a run stored: distances, drifts and accuracies are the logged
-metrics, the verdict is the run's ``summary`` artifact.
+metrics, the verdict is the run's ``summary`` artifact, read only once its bytes match the
+sha256 the store recorded (a changed or missing summary makes the run ``unverified``).
 
 Source: singh2026lossbasis, §6; docs/protocols.md §5.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Sequence
@@ -16,12 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from pydantic import ValidationError
 
-from gaugelab.experiments._study import paired_cells, paired_columns, run_states, study_row
+from gaugelab.experiments._study import (
+    ArtifactError,
+    paired_cells,
+    paired_columns,
+    run_states,
+    study_row,
+    verified_json,
+)
+from gaugelab.experiments._twins_figures import optimizer_colors, twin_panels
 from gaugelab.experiments._twins_spec import TwinSpec
 from gaugelab.study import report as rep
 from gaugelab.study.paired import PairedComparison, paired_differences
@@ -114,16 +120,35 @@ class TwinsResult:
 
 
 def _verdict(store: RunStore, identity: str) -> tuple[str, str]:
+    """The verdict and explanation of a run's latest completed attempt, from its ``summary``
+    artifact checked against the store's sha256 (``("", "")`` when it recorded none).
+
+    Raises:
+        ArtifactError: the summary is missing, changed since the run wrote it, or not a twin
+            summary (the message names the file and the run).
+    """
     attempts = [a for a in store.attempts(identity) if a.termination == "completed"]
     for art in store.artifacts(identity):
         if art.kind == "summary" and attempts and art.ordinal == attempts[-1].ordinal:
-            summary = json.loads(art.path.read_text(encoding="utf-8"))
-            return summary["verdict"], summary["explanation"]
+            summary = verified_json(art)
+            verdict = summary.get("verdict") if isinstance(summary, dict) else None
+            explanation = summary.get("explanation") if isinstance(summary, dict) else None
+            if not isinstance(verdict, str) or not isinstance(explanation, str):
+                raise ArtifactError(
+                    f"{art.path}: summary file of run {identity[:12]} is not a twin summary "
+                    "(no verdict and explanation strings)"
+                )
+            return verdict, explanation
     return "", ""
 
 
 def collect(store: RunStore, study: str) -> TwinsResult:
     """The :class:`TwinsResult` of a twin study, from its stored metrics and verdicts.
+
+    A completed run whose summary file is missing or no longer matches the sha256 the store
+    recorded is not read: its row's termination and verdict become ``"unverified"`` and its
+    explanation names the file and the run (so it shows as a failure, never as a verdict from
+    a tampered file); its logged metrics, kept in the store itself, are still shown.
 
     Raises:
         ValueError: no such study, or it is not a twin study.
@@ -134,6 +159,11 @@ def collect(store: RunStore, study: str) -> TwinsResult:
     base_init = row.spec["twin"]["init_seed"]
     rows = []
     for run in run_states(store, study):
+        if run.completed:
+            try:
+                verdict = _verdict(store, run.identity)
+            except ArtifactError as exc:
+                run = run.unverified(exc)
         twin = run.spec["twin"]
         out = TwinRow(twin["optimizer"], twin["init_seed"] - base_init, run.identity,
                       run.termination, run.termination, run.message)  # fmt: skip
@@ -154,7 +184,7 @@ def collect(store: RunStore, study: str) -> TwinsResult:
             if n.startswith("merge/") and final + 1 in v
         }
         if run.completed:
-            out.verdict, out.explanation = _verdict(store, run.identity)
+            out.verdict, out.explanation = verdict
         rows.append(out)
     return TwinsResult(study, row.spec, rows, _paired(rows, int(row.spec["twin"]["steps"])))
 
@@ -264,96 +294,6 @@ def tables(result: TwinsResult) -> list[rep.Table]:
 def verdict_lines(result: TwinsResult) -> list[str]:
     """``<rule>: <verdict> — <explanation>`` for every run."""
     return [f"{row.label}: {row.verdict} — {row.explanation}" for row in result.rows]
-
-
-def optimizer_colors(rows: Sequence[TwinRow]) -> dict[str, str]:
-    """One colour per optimizer (in the study's order), the same in every figure of a report."""
-    return rep.palette([row.optimizer for row in rows])
-
-
-_STYLES = {"gauge": "-", "noise": "--", "identity": "-."}
-
-
-def twin_panels(
-    rows: Sequence[TwinRow],
-    metric: str = "logit_distance",
-    *,
-    colors: dict[str, str] | None = None,
-) -> Figure:
-    """One panel per optimizer: each twin's distance to its base against step (log–log).
-
-    The gauge twin is solid and the noise twin dashed, both in the optimizer's colour (further
-    init × gauge-draw pairs thinner); the horizontal line is the noise floor, the median of the
-    optimizer's noise twins at step 1 (dotted). An identity twin is drawn (dash-dotted) only
-    where it is not exactly 0. Panels share the y axis, so optimizers compare at a glance.
-
-    Args:
-        rows: the study's rows.
-        metric: ``"logit_distance"`` (:attr:`TwinRow.distances`) or ``"qk_drift"``
-            (:attr:`TwinRow.qk_series`, the mean over layer × head).
-        colors: optimizer → colour (default :func:`optimizer_colors`).
-
-    Returns:
-        A ``matplotlib.figure.Figure`` on an Agg canvas (for
-        :func:`gaugelab.study.report.save_figure`).
-
-    Raises:
-        ValueError: an unknown ``metric``, or no row.
-    """
-    if metric not in ("logit_distance", "qk_drift"):
-        raise ValueError(f"twin_panels: metric={metric!r}; allowed: logit_distance, qk_drift")
-    if not rows:
-        raise ValueError("twin_panels: rows is empty")
-    colors = colors or optimizer_colors(rows)
-    optimizers = list(dict.fromkeys(row.optimizer for row in rows))
-    ncols = min(4, len(optimizers))
-    nrows = math.ceil(len(optimizers) / ncols)
-    fig = Figure(figsize=(3.3 * ncols, 2.7 * nrows + 0.7), layout="constrained")
-    FigureCanvasAgg(fig)  # a display-free canvas; pyplot's global state is never touched
-    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).flatten()
-    for ax, optimizer in zip(axes, optimizers, strict=False):
-        color, floors = colors[optimizer], []
-        for row in (r for r in rows if r.optimizer == optimizer):
-            series = row.distances if metric == "logit_distance" else row.qk_series
-            for kind, by_step in series.items():
-                steps = sorted(s for s in by_step if s >= 1 and by_step[s] > 0)
-                if not steps:
-                    continue  # an identity twin at exactly 0 has nothing to show on a log axis
-                ax.plot(steps, [by_step[s] for s in steps], color=color, marker=".",
-                        linestyle=_STYLES.get(kind, "-."), linewidth=1.5 if row.pair == 0 else 0.8,
-                        alpha=1.0 if row.pair == 0 else 0.6)  # fmt: skip
-            noise = {s: v for s, v in series.get("noise", {}).items() if s >= 1 and v > 0}
-            if noise:
-                floors.append(noise[min(noise)])  # the noise twin at step 1
-        if floors:
-            ax.axhline(sorted(floors)[len(floors) // 2], color="0.45", linestyle=":", linewidth=1)
-        ax.set_title(optimizer, color=color, fontsize="medium")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.grid(True, which="major", alpha=0.3)
-    for ax in axes[len(optimizers) :]:
-        ax.set_visible(False)
-    for ax in axes[(nrows - 1) * ncols :]:
-        ax.set_xlabel("step")
-    label = "relative logit distance" if metric == "logit_distance" else "mean QK drift"
-    for ax in axes[::ncols]:
-        ax.set_ylabel(label)
-    handles = [
-        Line2D([], [], color="0.2", linestyle="-", label="gauge twin"),
-        Line2D([], [], color="0.2", linestyle="--", label="noise twin"),
-        Line2D([], [], color="0.45", linestyle=":", label="noise floor (noise twin at step 1)"),
-    ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
-    title = ("Twin divergence: each twin's validation logits against its base's"
-             if metric == "logit_distance" else
-             "QK drift: each twin's W_Q[h] W_K[h]ᵀ against its base's")  # fmt: skip
-    fig.suptitle(title, fontsize="medium")
-    return fig
-
-
-def distance_figure(rows: Sequence[TwinRow]) -> Figure:
-    """The logit-distance panels (:func:`twin_panels`) of ``rows``."""
-    return twin_panels(rows, "logit_distance")
 
 
 def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:

@@ -26,14 +26,8 @@ from gaugelab.equivariance.merge import merge_twin
 from gaugelab.equivariance.twins import TwinResult, make_twins, train_twins
 from gaugelab.experiments._study import StudyOutcome, run_experiment
 from gaugelab.experiments._twins_data import ModularData, TextData, twin_data
-from gaugelab.experiments._twins_results import (
-    TwinRow,
-    TwinsResult,
-    collect,
-    distance_figure,
-    report,
-    tables,
-)
+from gaugelab.experiments._twins_figures import distance_figure
+from gaugelab.experiments._twins_results import TwinRow, TwinsResult, collect, report, tables
 from gaugelab.experiments._twins_spec import (
     DEFAULT_OPTIMIZERS,
     HYBRID,
