@@ -4,9 +4,10 @@ One optimizer trains an ensemble of members from the same data stream: the *base
 twin* (every head's ``(W_Q, W_K)`` moved by an element of ``head_gauge(config)``, drawn as the
 reference scripts draw it by default: :func:`gauge_elements`), the *identity twin* (element
 ``I``: must stay bit-identical to the base) and the *noise twin* (``W_Q, W_K`` perturbed by
-``noise_scale``: the floor set by round-off amplification; :func:`perturb_qk`). At each checkpoint every
-twin is compared with the base: relative logit distance on validation data, QK drift (per layer
-and head, the relative distance of ``W_Q[h] W_K[h]ᵀ``) and OV drift (``W_V[h] W_O[h]``).
+``noise_scale``: the floor set by round-off amplification; :func:`perturb_qk`). At each
+checkpoint every twin is compared with the base: relative logit distance on validation data,
+QK drift (per layer and head, the relative distance of ``W_Q[h] W_K[h]ᵀ``) and OV drift
+(``W_V[h] W_O[h]``).
 
 This module is the engine: which twins, how they are measured, how the triplet is read. The
 protocol (model, data, optimizer hyperparameters) is :mod:`gaugelab.experiments.twins`.
