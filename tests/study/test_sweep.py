@@ -76,14 +76,25 @@ def test_ray_executor_stores_the_same_results_as_local(tmp_path):
         pytest.fail("Ray is not installed; `make test` installs gaugelab[ray]")
     sweep = Sweep(ToySpec(), grid={"x": [0.5, 1.5]}, seeds=[3, 4], seed_field="seed")
     local = run_sweep(sweep, store=tmp_path / "local.sqlite", max_workers=2)
+    steps = Sweep(CheckpointToySpec(steps=4, pause=0.05))
+    seen = []
     try:
         remote = run_sweep(sweep, executor="ray", store=tmp_path / "ray.sqlite", max_workers=2)
+        assert not ray.is_initialized()  # the Ray it started is shut down
+        run_sweep(
+            steps,
+            executor="ray",
+            store=tmp_path / "ray.sqlite",
+            max_workers=1,
+            step_progress=lambda *report: seen.append(report),
+        )
     finally:
         ray.shutdown()
     assert sorted(local.completed) == sorted(remote.completed) and len(local.completed) == 4
     with RunStore(tmp_path / "local.sqlite") as a, RunStore(tmp_path / "ray.sqlite") as b:
         for identity in local.completed:
             assert metric_values(a, identity) == metric_values(b, identity)
+    assert ("toy", 4, 4) in seen  # step progress from the Ray worker
 
 
 def test_bad_sweep_arguments(tmp_path):
