@@ -1,9 +1,12 @@
 """The run harness: specs and manifests, the run store, checkpoints, sweeps, comparisons, reports.
 
 * ``spec`` — frozen, content-hashed experiment specs and their manifests;
-* ``store`` — the append-only SQLite run store (studies, runs, attempts, metrics, artifacts);
+* ``store`` — the append-only SQLite run store (studies, runs, attempts, metrics, artifacts),
+  where each attempt names its owner process and a run is claimed before it trains;
 * ``checkpoint`` — safetensors + JSON checkpoints for bit-identical resume;
-* ``runner`` / ``sweep`` — one attempt in a process; grids of runs on local processes or Ray;
+* ``context`` — what a running experiment may do (log, progress, artifacts, checkpoints);
+* ``runner`` / ``sweep`` — one attempt in a process; grids of runs on local processes or Ray,
+  safe to run twice at once into one store, stopped by Ctrl-C with :class:`SweepInterrupted`;
 * ``compare`` — paired differences, envelopes, iso-quality cost ratios, Pareto and feasible sets;
 * ``report`` — matplotlib figures and a self-contained HTML report per study.
 """

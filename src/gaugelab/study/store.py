@@ -2,16 +2,22 @@
 
 One file (default ``./gaugelab-runs/store.sqlite``) in WAL mode, so several worker processes
 write at once while readers browse. Nothing is ever updated or deleted, except that an open
-attempt is ended exactly once; SQL triggers enforce this for every client, not only this
-module. A failed attempt stays beside its retry, which gets the next ordinal.
+attempt's heartbeat is refreshed and the attempt is ended exactly once; SQL triggers enforce
+this for every client, not only this module. A failed attempt stays beside its retry, which
+gets the next ordinal. Each attempt names its owner process; :meth:`RunStore.claim` opens one
+only when no live process holds the run, so concurrent sweeps never train a run twice, and it
+ends attempts whose owner died (see :mod:`gaugelab.study._attempts`).
 
 Each :class:`RunStore` owns one connection and belongs to the process (and thread) that opened
 it: a sweep opens one per worker. The file is recognised by ``PRAGMA application_id``
 (``0x47415547``, "GAUG") and ``PRAGMA user_version`` (the schema version); any other file at the
 path, or a store with corrupt pages, is refused with :class:`StoreError` and left untouched.
-The file format, its creation and the opening checks are in :mod:`gaugelab.study._storefile`;
-this module holds the :class:`RunStore` API: opening, transactions and the append-only writes;
-the rows and the read queries are in :mod:`gaugelab.study._queries`.
+The file format, its creation and the opening checks are in :mod:`gaugelab.study._storefile`
+(the schema in :mod:`gaugelab.study._schema`); this module holds the :class:`RunStore` API:
+opening, transactions and the append-only writes of studies, runs, metrics and artifacts; the
+attempts' lifecycle is in :mod:`gaugelab.study._attempts`, the rows and the read queries in
+:mod:`gaugelab.study._queries`. A store this process may not write is opened read-only
+(:attr:`RunStore.readonly`).
 """
 
 from __future__ import annotations
@@ -82,16 +88,20 @@ class RunStore(AttemptClaims, StoreQueries):
         create: create a new store (and its parent directories) when nothing exists at ``path``.
 
     Raises:
-        StoreError: something other than a gaugelab store of this schema is at ``path``
-            (not SQLite, empty, truncated or corrupt, another application's database, another
-            schema version) — the file is left byte-identical; or WAL mode is unavailable.
+        StoreError: something other than a gaugelab store this gaugelab reads is at ``path``
+            (not SQLite, empty, truncated or corrupt, another application's database, a newer
+            schema version) — the file is left byte-identical; WAL mode is unavailable;
+            ``path`` lies under a regular file; or no store can be created there (a read-only
+            folder). One line, naming the path and what to do.
         FileNotFoundError: nothing at ``path`` and ``create`` is false.
 
     A ``RunStore`` must stay in the process and thread that opened it (methods raise
     ``RuntimeError`` in another process, ``sqlite3.ProgrammingError`` in another thread): open
-    one per worker. Opening reads the header and the schema, not every page; :meth:`check`
-    runs SQLite's full integrity check. Writes use ``BEGIN IMMEDIATE``
-    transactions with a 60 s busy timeout, so concurrent workers queue rather than fail.
+    one per worker. Opening reads the header and the schema, not every page (an older schema
+    is migrated); :meth:`check` runs SQLite's full integrity check. Writes use ``BEGIN
+    IMMEDIATE`` transactions with a 60 s busy timeout, so concurrent workers queue rather than
+    fail; on a read-only store (:attr:`readonly`) reads work and every write raises
+    :class:`StoreError` saying why.
     """
 
     def __init__(self, path: str | os.PathLike[str] = DEFAULT_STORE_PATH, *, create: bool = True):

@@ -2,10 +2,14 @@
 
 ``Sweep(spec, grid={...}, variants=[...], seeds=[...])`` expands to run specs; :func:`run_sweep`
 — the project's only executor — registers every run in the store, skips runs whose identity
-already completed, executes the rest on a process pool (``local``) or Ray (``ray``), keeps going
-past failures, retries only infrastructure failures, and reports every failure with its
-termination class at the end. A run killed mid-way resumes from its latest checkpoint when the
-same sweep is run again (see :meth:`gaugelab.study.runner.RunContext.resume`).
+already completed (and whose recorded artifacts still verify), executes the rest in this
+process, on a process pool (``local``) or on Ray (``ray``), keeps going past failures, retries
+only infrastructure failures, and reports every failure with its termination class at the end.
+Each run is claimed in the store before it trains, so two identical sweeps into one store train
+each run once and both end with every run complete. A run killed mid-way resumes from its
+latest checkpoint when the same sweep is run again (see
+:meth:`gaugelab.study.context.RunContext.resume`); Ctrl-C stops a sweep within seconds with
+:class:`SweepInterrupted`, its running runs recorded as ``cancelled``.
 """
 
 from __future__ import annotations
