@@ -259,6 +259,29 @@ def test_report_out_under_a_regular_file_is_one_line_naming_the_option(store_pat
         assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output
 
 
+def test_report_counts_a_run_with_a_tampered_file_as_unverified_not_completed(tmp_path):
+    from gaugelab.experiments.zoo import LearningRateGrids, ZooSpec, run_zoo
+
+    spec = ZooSpec(n=6, rank=2, seeds=(42,), steps=200, check_every=100, rules=("gd", "adam"),
+                   lr_grids=LearningRateGrids(gd=(2e-2,), adam=(1e-2,)), convex=False)  # fmt: skip
+    store = tmp_path / "runs" / "store.sqlite"
+    study = "../zoo"  # not path-safe: the report folder is still reports/<slug>/<time>
+    run_zoo(spec, store=store, study=study, write_report=False)
+    with RunStore(store, create=False) as db:
+        (art,) = [a for r in db.runs() for a in db.artifacts(r.identity)
+                  if a.path.name == "result-adam.json"]  # fmt: skip
+    art.path.write_text(art.path.read_text(encoding="utf-8").replace("0", "1"), encoding="utf-8")
+    result = invoke("report", study, "--store", store)
+    assert result.exit_code == 0, result.output
+    path = Path(result.stdout.strip().splitlines()[-1])
+    assert path.parent.parent.parent == store.parent / "reports" and path.is_file()
+    (row,) = [line.split("│")[2:6] for line in result.stdout.splitlines()
+              if line.startswith("│") and "report.html" in line]  # fmt: skip
+    assert [cell.strip() for cell in row] == ["2", "1", "1", "0"]  # runs, completed, unverified
+    (line,) = [line for line in result.stdout.splitlines() if "unverified" in line and "—" in line]
+    assert line.startswith(f"failed {art.run[:12]}: unverified — {art.path}")
+
+
 @pytest.mark.parametrize(
     ("error", "message"),
     [

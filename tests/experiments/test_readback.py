@@ -181,7 +181,7 @@ def test_report_study_writes_the_experiments_own_report_in_a_new_folder(tmp_path
     written = outcome.report.read_text(encoding="utf-8")
     with RunStore(store, create=False) as db:
         folders = [new_report_dir(tmp_path / "reports", study=outcome.study) for _ in range(2)]
-        paths = [registry.report_study(db, outcome.study, folder) for folder in folders]
+        paths = [registry.report_study(db, outcome.study, folder).path for folder in folders]
     assert paths[0].parent != paths[1].parent  # a new timestamped folder per call
     for path in paths:
         assert _without_time(path.read_text(encoding="utf-8")) == _without_time(written)

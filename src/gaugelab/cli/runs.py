@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gaugelab.cli._console import rich_table, wide_console, working
+from gaugelab.cli._console import failure_line, rich_table, wide_console, working
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.experiments.dial import DialSpec
 from gaugelab.experiments.registry import report_study
@@ -29,7 +29,6 @@ from gaugelab.experiments.zoo import ZooSpec
 from gaugelab.study.report import Table as ReportTable
 from gaugelab.study.report import new_report_dir
 from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunRow, RunStore, StoreError
-from gaugelab.study.summary import path_slug
 
 __all__ = ["export_metrics", "register", "trains"]
 
@@ -335,7 +334,8 @@ def report(
     """Write a study's self-contained HTML report (spec, runs, tables, figures, failures).
 
     A twins, zoo or dial study gets its experiment's report (the same tables, figures and
-    verdicts the command printed); any other study the generic one.
+    verdicts the command printed); any other study the generic one. A completed run whose files
+    changed since it wrote them is counted as unverified, not completed, and named in one line.
     """
     try:
         check_location("--out", out, folder=True)
@@ -343,21 +343,30 @@ def report(
         raise fail(exc) from None
     with _open_store(store) as db:
         _check_study(db, study, "STUDY")
-        parent = db.path.parent / "reports" / path_slug(study)
-        folder = out if out is not None else new_report_dir(parent)
+        if out is not None:
+            folder = out
+        else:
+            folder = new_report_dir(db.path.parent / "reports", study=study)
         console = _console()
         with working(console, f"report: writing {folder}"):
-            path = report_study(db, study, folder)
+            written = report_study(db, study, folder)
         runs = db.runs(study)
-        attempts = [db.attempts(r.identity) for r in runs]
-    completed = sum(any(a.termination == "completed" for a in run) for run in attempts)
-    failures = sum(a.termination != "completed" for run in attempts for a in run)
+        attempts = {r.identity: db.attempts(r.identity) for r in runs}
+    completed = sum(
+        any(a.termination == "completed" for a in run) and identity not in written.unverified
+        for identity, run in attempts.items()
+    )
+    failures = sum(a.termination != "completed" for run in attempts.values() for a in run)
     table = Table(title=_t(f"report of study {study}"))
-    for col in ("report", "runs", "completed", "failed attempts"):
+    for col in ("report", "runs", "completed", "unverified", "failed attempts"):
         table.add_column(col, overflow="fold")
-    table.add_row(_t(path), str(len(runs)), str(completed), str(failures))
-    _console().print(table)
-    typer.echo(str(path))
+    table.add_row(_t(written.path), str(len(runs)), str(completed), str(len(written.unverified)),
+                  str(failures))  # fmt: skip
+    console = _console()
+    console.print(table)
+    for identity, message in written.unverified.items():
+        console.print(failure_line(identity, "unverified", message))
+    typer.echo(str(written.path))
 
 
 def register(app: typer.Typer) -> None:

@@ -3,17 +3,20 @@
 ``gaugelab report STUDY`` writes an experiment's own report (its tables, figures and verdicts,
 through the experiment's ``collect`` and ``report``) for a study of a known kind, and the
 harness's generic study report (:func:`gaugelab.study.summary.write_study_report`) for any
-other study.
+other study. The experiments verify what they read back (:mod:`gaugelab.experiments._study`):
+a run whose files changed after it wrote them is reported as ``unverified``, and
+:class:`WrittenReport` says which.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from gaugelab.experiments import dial, lora, twins, zoo
-from gaugelab.experiments._study import study_row
+from gaugelab.experiments._study import UNVERIFIED, study_row
 from gaugelab.study.store import RunStore
 from gaugelab.study.summary import write_study_report
 
@@ -26,13 +29,32 @@ EXPERIMENTS: dict[str, ModuleType] = {
 """Study kind → the experiment module (``collect``, ``tables``, ``report``)."""
 
 
-def report_study(store: RunStore, study: str, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the report of ``study`` into ``out_dir``; returns ``report.html``.
+@dataclass(frozen=True)
+class WrittenReport:
+    """A report :func:`report_study` wrote.
+
+    Attributes:
+        path: the ``report.html`` file.
+        unverified: identity → message (naming the file and the run) of every run that
+            completed but whose files failed verification when read back, so the report shows
+            it as ``unverified``, not as a result (empty for the generic report, which reads
+            only the store's rows).
+    """
+
+    path: Path
+    unverified: dict[str, str] = field(default_factory=dict)
+
+
+def report_study(store: RunStore, study: str, out_dir: str | os.PathLike[str]) -> WrittenReport:
+    """Write the report of ``study`` into ``out_dir``.
 
     Args:
         store: an open run store.
         study: the study's name.
         out_dir: the report folder (created; must not hold a report already).
+
+    Returns:
+        The :class:`WrittenReport`: ``report.html`` and the runs it shows as unverified.
 
     Raises:
         ValueError: unknown study.
@@ -41,10 +63,12 @@ def report_study(store: RunStore, study: str, out_dir: str | os.PathLike[str]) -
     kind = study_row(store, study).kind
     experiment = EXPERIMENTS.get(kind or "")
     if experiment is None:
-        return write_study_report(store, study, out_dir)
+        return WrittenReport(write_study_report(store, study, out_dir))
     folder = Path(out_dir)
     if (folder / "report.html").exists():
         raise FileExistsError(
             f"{folder / 'report.html'} exists; reports are never overwritten (choose another --out)"
         )
-    return experiment.report(experiment.collect(store, study), folder)
+    result = experiment.collect(store, study)
+    unverified = {f.identity: f.message for f in result.failures if f.termination == UNVERIFIED}
+    return WrittenReport(experiment.report(result, folder), unverified)
