@@ -8,7 +8,8 @@
 * ``runner`` / ``sweep`` — one attempt in a process; grids of runs on local processes or Ray,
   safe to run twice at once into one store, stopped by Ctrl-C with :class:`SweepInterrupted`;
 * ``compare`` — paired differences, envelopes, iso-quality cost ratios, Pareto and feasible sets;
-* ``report`` — matplotlib figures and a self-contained HTML report per study.
+* ``figures`` — matplotlib figures saved as PNG + SVG; ``report`` — a self-contained HTML
+  report per study; ``summary`` — the generic report of any study from the store.
 """
 
 from gaugelab.study.checkpoint import (
