@@ -55,6 +55,12 @@ def owner_of(row: AttemptRow) -> Owner:
     return Owner(row.owner_host, row.owner_pid, row.owner_started)
 
 
+def _registered(conn: sqlite3.Connection, caller: str, identity: str) -> None:
+    """Raise ``ValueError`` naming ``caller`` unless run ``identity`` is registered."""
+    if not _exists(conn, "runs", "identity", identity):
+        raise ValueError(f"{caller}: unknown run {identity!r}; register_run first")
+
+
 class AttemptClaims:
     """Attempts: start, claim, heartbeat, end, and the closing of abandoned ones; the class
     using it provides ``_transaction``, ``_path`` and ``attempt`` (see
@@ -78,12 +84,10 @@ class AttemptClaims:
         Raises:
             ValueError: the run is not registered.
         """
-        if environment_digest is None:
-            environment_digest = _environment_digest()
+        digest = environment_digest or _environment_digest()  # before taking the write lock
         with self._transaction(write=True) as conn:
-            if not _exists(conn, "runs", "identity", identity):
-                raise ValueError(f"start_attempt: unknown run {identity!r}; register_run first")
-            return self._insert_attempt(conn, identity, environment_digest)[0]
+            _registered(conn, "start_attempt", identity)
+            return self._insert_attempt(conn, identity, digest)[0]
 
     def end_attempt(self, attempt_id: int, termination: str, message: str = "") -> AttemptRow:
         """Close an open attempt with its termination class (once).
@@ -199,11 +203,9 @@ class AttemptClaims:
         Raises:
             ValueError: the run is not registered.
         """
-        if environment_digest is None:
-            environment_digest = _environment_digest()
+        digest = environment_digest or _environment_digest()  # before taking the write lock
         with self._transaction(write=True) as conn:
-            if not _exists(conn, "runs", "identity", identity):
-                raise ValueError(f"claim: unknown run {identity!r}; register_run first")
+            _registered(conn, "claim", identity)
             closed, holder = self._close_gone(conn, identity, "infrastructure_failure", "")
             if holder is not None:
                 return Claim(identity, holder=holder, closed=tuple(closed))
@@ -214,7 +216,7 @@ class AttemptClaims:
             ).fetchone()
             if done is not None:
                 return Claim(identity, completed=AttemptRow(*done), closed=tuple(closed))
-            attempt_id, ordinal = self._insert_attempt(conn, identity, environment_digest)
+            attempt_id, ordinal = self._insert_attempt(conn, identity, digest)
         return Claim(identity, attempt_id, ordinal, closed=tuple(closed))
 
     def heartbeat(self, attempt_id: int) -> bool:

@@ -209,9 +209,10 @@ def _init_worker(threads: int | None, queue: Any, driver: Owner) -> None:
     threading.Thread(target=watch, name="gaugelab-driver-watch", daemon=True).start()
 
 
-def _pool_task(store_path: str, task: Task) -> Outcome:
-    """Execute one run in a pool worker (an interrupted run returns its ``cancelled``)."""
-    progress = Throttled(task.identity, _QUEUE.put) if _QUEUE is not None else None
+def run_task(store_path: str, task: Task, put: Callable | None, driver: Owner) -> Outcome:
+    """Execute one run in a worker process of ``driver``, step reports ``put`` (throttled);
+    an interrupted run returns its ``cancelled`` outcome instead of raising."""
+    progress = Throttled(task.identity, put) if put is not None else None
     try:
         return execute_run(
             store_path,
@@ -219,10 +220,15 @@ def _pool_task(store_path: str, task: Task) -> Outcome:
             *task.reference,
             progress,
             distrust_through=task.distrust_through,
-            driver=_DRIVER,
+            driver=driver,
         )
     except RunInterrupted as exc:
         return exc.outcome
+
+
+def _pool_task(store_path: str, task: Task) -> Outcome:
+    """Execute one run in a pool worker."""
+    return run_task(store_path, task, _QUEUE.put if _QUEUE is not None else None, _DRIVER)
 
 
 class LocalPool:

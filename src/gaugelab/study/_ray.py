@@ -14,10 +14,10 @@ import os
 import sys
 from typing import Any
 
-from gaugelab.study._executors import GRACE_SECONDS, Labels, Task, Throttled, cancelled, lost
+from gaugelab.study._executors import GRACE_SECONDS, Labels, Task, cancelled, lost, run_task
 from gaugelab.study._executors import set_threads as _set_threads
 from gaugelab.study._owner import Owner, this_process
-from gaugelab.study.runner import Outcome, RunInterrupted, execute_run
+from gaugelab.study.runner import Outcome
 
 __all__ = ["RayPool"]
 
@@ -25,18 +25,7 @@ __all__ = ["RayPool"]
 def _ray_task(store_path: str, task: Task, threads: int | None, queue: Any, driver: Owner):
     """Execute one run in a Ray worker (progress through the Ray queue)."""
     _set_threads(threads)
-    progress = Throttled(task.identity, queue.put_nowait) if queue is not None else None
-    try:
-        return execute_run(
-            store_path,
-            task.identity,
-            *task.reference,
-            progress,
-            distrust_through=task.distrust_through,
-            driver=driver,
-        )
-    except RunInterrupted as exc:
-        return exc.outcome
+    return run_task(store_path, task, queue.put_nowait if queue is not None else None, driver)
 
 
 def _ray(max_workers: int | None, address: str | None) -> tuple[Any, bool]:
