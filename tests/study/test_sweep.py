@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from toy_checkpoint import CheckpointToySpec
 
 from gaugelab.study.spec import Manifest
 from gaugelab.study.store import RunStore
-from gaugelab.study.sweep import Sweep, run_sweep
+from gaugelab.study.sweep import Sweep, SweepInterrupted, run_sweep
 
 
 def metric_values(store, identity):
@@ -264,3 +265,60 @@ def test_a_run_held_by_a_live_process_is_waited_for_and_reused(tmp_path):
     assert result.completed == [free] and result.skipped == [held] and result.waited == [held]
     with RunStore(store, create=False) as db:
         assert [a.message for a in db.attempts(held)] == ["by the holder"]  # not trained twice
+
+
+def test_ctrl_c_raises_sweep_interrupted_with_the_runs_complete(tmp_path, monkeypatch):
+    store = tmp_path / "store.sqlite"
+    sweep = Sweep(CheckpointToySpec(steps=2), seeds=[0, 1, 2], seed_field="seed")
+    first, interrupted, never = (s.identity() for s in sweep.specs())
+    run_sweep(Sweep(sweep.specs()[0]), store=store, max_workers=1)  # one run done before
+    monkeypatch.setenv("TOY_INTERRUPT_SEED", "1")
+    with pytest.raises(SweepInterrupted) as info:
+        run_sweep(sweep, store=store, max_workers=1)
+    assert isinstance(info.value, KeyboardInterrupt)
+    assert (info.value.done, info.value.total) == (1, 3)  # the reused run counts as complete
+    assert info.value.result.skipped == [first]
+    with RunStore(store, create=False) as db:
+        assert [(a.termination, a.message) for a in db.attempts(interrupted)] == [
+            ("cancelled", "interrupted")
+        ]
+        assert db.attempts(never) == []  # queued runs are dropped, not started
+
+
+def _driver(store: str) -> None:
+    """A sweep on a pool of two whose runs take long (killed from outside)."""
+    sweep = Sweep(CheckpointToySpec(steps=600, pause=0.1), seeds=[0, 1], seed_field="seed")
+    run_sweep(sweep, store=store, max_workers=2)
+
+
+def test_pool_workers_stop_their_runs_when_the_driver_is_killed(tmp_path):
+    store = tmp_path / "store.sqlite"
+    ctx = multiprocessing.get_context("spawn")
+    driver = ctx.Process(target=_driver, args=(str(store),))
+    driver.start()
+    deadline = time.monotonic() + 300
+    opened = []
+    while len(opened) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        if store.exists():
+            with RunStore(store, create=False) as db:
+                opened = [a for r in db.runs() for a in db.attempts(r.identity)]
+    assert len(opened) == 2, "the workers did not start their runs"
+    workers = {a.owner_pid for a in opened}
+    os.kill(driver.pid, signal.SIGKILL)  # the driver only, not its workers
+    driver.join()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with RunStore(store, create=False) as db:
+            ended = [a for r in db.runs() for a in db.attempts(r.identity) if a.termination]
+        if len(ended) == 2:
+            break
+        time.sleep(0.5)
+    assert [(a.termination, a.message) for a in ended] == [
+        ("cancelled", f"driver pid {driver.pid} gone")
+    ] * 2
+    for pid in workers:  # and the orphaned workers exit
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.2)
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"

@@ -4,7 +4,8 @@
 running sum), step progress reported under the label ``"toy"``, and a ``result.json`` artifact
 at the end; ``pause`` sleeps that many seconds per step. With ``$TOY_DIE_AT`` set, the process
 kills itself at that step (after that step's checkpoint, if any): the same spec (identity)
-dies in one process and completes in another.
+dies in one process and completes in another. With ``$TOY_INTERRUPT_SEED`` set, the run of that
+seed raises ``KeyboardInterrupt`` at its first step, as Ctrl-C would.
 """
 
 import json
@@ -33,6 +34,8 @@ class CheckpointToySpec(ExperimentSpec):
         if saved is not None:
             total, first = saved.model_state["total"].clone(), saved.step + 1
         for t in range(first, self.steps + 1):
+            if str(self.seed) == os.environ.get("TOY_INTERRUPT_SEED"):
+                raise KeyboardInterrupt
             time.sleep(self.pause)
             total += t
             run.log(t, {"y": float(t + self.seed), "sum": float(total)})
