@@ -1,4 +1,5 @@
-"""Tests for gaugelab.study.sweep and runner: expansion, skip, keep-going, retries, Ray."""
+"""Tests for gaugelab.study.sweep and runner: expansion, skip, keep-going, retries, Ray; claims
+and abandoned attempts, verified reuse, checkpoints set aside, progress from workers, Ctrl-C."""
 
 import multiprocessing
 import os
