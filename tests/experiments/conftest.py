@@ -2,19 +2,19 @@
 
 import pytest
 
-from gaugelab.experiments import sensing_report
+from gaugelab.experiments import _sensing_figures
 
 
 @pytest.fixture
 def saved_figures(monkeypatch):
-    """Figure name → the matplotlib figure, for every figure sensing_report saves while the
-    test runs (the files are written as usual)."""
+    """Figure name → the matplotlib figure, for every figure the zoo and the dial save while
+    the test runs (the files are written as usual)."""
     figures = {}
-    save = sensing_report.save_figure
+    save = _sensing_figures.save_figure
 
     def keep(fig, directory, name, **kw):
         figures[name] = fig
         return save(fig, directory, name, **kw)
 
-    monkeypatch.setattr(sensing_report, "save_figure", keep)
+    monkeypatch.setattr(_sensing_figures, "save_figure", keep)
     return figures

@@ -10,7 +10,7 @@ import pytest
 from matplotlib.colors import to_hex
 from pydantic import ValidationError
 
-from gaugelab.experiments import sensing_report
+from gaugelab.experiments import _sensing_figures
 from gaugelab.experiments.dial import (
     DIAL_LRS,
     DIAL_PS,
@@ -105,7 +105,7 @@ def test_dial_tables_and_report(reduced, tmp_path):
 def test_every_dial_line_keeps_its_colour_in_both_figures(reduced, tmp_path, saved_figures):
     _, result = reduced
     figures = saved_figures
-    sensing_report.dial_figures(result, tmp_path)
+    _sensing_figures.dial_figures(result, tmp_path)
     colours: dict[str, set] = {}
     for fig in figures.values():
         for line in fig.axes[0].lines:

@@ -8,8 +8,9 @@ import torch
 
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._rates import select_rate
+from gaugelab.experiments._rule_results import BUDGET, DIVERGED, INTERPOLATED, RuleResult
 from gaugelab.experiments._sensing import SensingBatch
-from gaugelab.experiments._training import BUDGET, DIVERGED, INTERPOLATED, RuleResult, train_rule
+from gaugelab.experiments._training import train_rule
 from gaugelab.experiments.zoo import ZooSpec
 from gaugelab.tasks import MatrixSensing
 

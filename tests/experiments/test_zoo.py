@@ -11,7 +11,7 @@ import pytest
 from matplotlib.colors import to_hex
 from pydantic import ValidationError
 
-from gaugelab.experiments import sensing_report
+from gaugelab.experiments import _sensing_figures
 from gaugelab.experiments.zoo import (
     CONVEX,
     LearningRateGrids,
@@ -181,7 +181,7 @@ def test_tables_and_report(reduced, tmp_path):
 def test_one_colour_per_rule_and_no_overlapping_scatter_labels(reduced, tmp_path, saved_figures):
     _, _, result, _ = reduced
     figures = saved_figures
-    sensing_report.zoo_figures(result, tmp_path)
+    _sensing_figures.zoo_figures(result, tmp_path)
     colours: dict[str, set] = {}
     scatter = figures["recovery_vs_effective_rank"].axes[0]
     for points in scatter.collections:

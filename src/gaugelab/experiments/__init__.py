@@ -28,11 +28,12 @@ Modules:
 * :mod:`~gaugelab.experiments.registry` — study kind → experiment module, and a study's
   report by its experiment (``gaugelab report``);
 * private: ``_sensing`` (the batched sensing task), ``_training`` (the resumable training loop),
-  ``_rates`` (rate selection), ``_grids`` (the zoo's rate grids), ``_split`` (the zoo's split
-  verdict), ``_convex`` (the convex reference row), ``sensing_report`` (the zoo's and the
-  dial's tables and figures), ``_twins_spec`` / ``_twins_data`` / ``_twins_results`` /
-  ``_twins_figures`` (the twin protocol's configuration, data, read-back, and figures),
-  ``_study`` (what the experiments share).
+  ``_rule_results`` (a rule's result, recorded and read back verified), ``_rates`` (rate
+  selection), ``_grids`` (the zoo's rate grids), ``_split`` (the zoo's split verdict),
+  ``_convex`` (the convex reference row), ``sensing_report`` (the zoo's and the dial's tables
+  and reports), ``_sensing_figures`` (their figures), ``_twins_spec`` / ``_twins_data`` /
+  ``_twins_results`` / ``_twins_figures`` (the twin protocol's configuration, data, read-back,
+  and figures), ``_study`` (what the experiments share).
 """
 
 from gaugelab.experiments._study import StudyOutcome

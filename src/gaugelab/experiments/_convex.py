@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from gaugelab.experiments._rule_results import INTERPOLATED, RuleResult
 from gaugelab.experiments._sensing import SensingBatch, SensingExperiment
-from gaugelab.experiments._training import INTERPOLATED, RuleResult
 from gaugelab.tasks import effective_rank
 
 CONVEX = "nuclear-norm"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gaugelab.experiments._training import DIVERGED, INTERPOLATED, RuleResult
+from gaugelab.experiments._rule_results import DIVERGED, INTERPOLATED, RuleResult
 
 
 @dataclass(frozen=True)

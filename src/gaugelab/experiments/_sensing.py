@@ -1,5 +1,6 @@
-"""The batched matrix-sensing task the sensing experiments share: the protocol's fields and
-every seed's instance stacked for one ensemble.
+"""The batched matrix-sensing task the sensing experiments share: the protocol's fields,
+every seed's instance stacked for one ensemble, and the mean over seeds their tables and figures
+show (:func:`finite_mean`).
 
 One rule trains one ensemble whose members are (seed × learning rate): factors
 ``U, V [S, L, n, k]`` (``member_dims = 2``), each seed with its own measurements.
@@ -8,6 +9,7 @@ Source: docs/protocols.md §3.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -87,6 +89,13 @@ class SensingExperiment(ExperimentSpec):
     def decays(self, rule: str, decayed: Sequence[str] = ()) -> bool:
         """Whether ``rule`` runs on the cosine schedule under :attr:`schedule`."""
         return self.schedule == "cosine" or (self.schedule == "reference" and rule in decayed)
+
+
+def finite_mean(xs: Sequence[float]) -> float | None:
+    """The mean of the finite values of ``xs`` (e.g. one metric over seeds, a diverged seed's
+    NaN left out); ``None`` when none is finite."""
+    finite = [x for x in xs if math.isfinite(x)]
+    return sum(finite) / len(finite) if finite else None
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,19 +26,14 @@ from pydantic import Field, field_validator, model_validator
 
 from gaugelab.determinism import deterministic
 from gaugelab.experiments._rates import RateChoice, select_rate
+from gaugelab.experiments._rule_results import INTERPOLATED, RuleResult, read_study, record_result
 from gaugelab.experiments._sensing import SensingBatch, SensingExperiment
 from gaugelab.experiments._study import (
     RunState,
     StudyOutcome,
     run_experiment,
 )
-from gaugelab.experiments._training import (
-    INTERPOLATED,
-    RuleResult,
-    read_study,
-    record_result,
-    train_rule,
-)
+from gaugelab.experiments._training import train_rule
 from gaugelab.experiments.sensing_report import dial_report, dial_tables
 from gaugelab.experiments.zoo import LearningRateGrids, default_study_name
 from gaugelab.study.report import Table

@@ -1,7 +1,8 @@
-"""Tables, figures and HTML reports of the zoo and the dial (through ``gaugelab.study.report``).
+"""Tables and HTML reports of the zoo and the dial (through ``gaugelab.study.report``).
 
 The tables are :class:`gaugelab.study.report.Table` objects, shown by the CLI as rich tables and
-by the report as HTML; figures are matplotlib figures saved as PNG + SVG.
+by the report as HTML; the figures (matplotlib, saved as PNG + SVG) are drawn by
+:mod:`gaugelab.experiments._sensing_figures`.
 """
 
 from __future__ import annotations
@@ -11,24 +12,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from gaugelab.experiments._convex import CONVEX, CONVEX_SKIPPED
-from gaugelab.experiments._sensing import COORDINATEWISE_CLASS, EQUIVARIANT_CLASS, SensingBatch
+from gaugelab.experiments._rule_results import DIVERGED, INTERPOLATED
+from gaugelab.experiments._sensing import COORDINATEWISE_CLASS, EQUIVARIANT_CLASS, finite_mean
+from gaugelab.experiments._sensing_figures import dial_figures, zoo_figures
 from gaugelab.experiments._study import paired_cells, paired_columns
-from gaugelab.experiments._training import DIVERGED, INTERPOLATED
 from gaugelab.study.paired import paired_differences
-from gaugelab.study.report import (
-    Failure,
-    StudyReport,
-    Table,
-    format_number,
-    palette,
-    plot_curves,
-    plot_scatter,
-    save_figure,
-    write_report,
-)
+from gaugelab.study.report import Failure, StudyReport, Table, format_number, write_report
 
 if TYPE_CHECKING:  # the experiment modules import this one
     from gaugelab.experiments.dial import DialResult
@@ -48,11 +38,6 @@ def _seeds(xs: list[float]) -> str:
     return " / ".join(format_number(x) for x in xs) if xs else "—"
 
 
-def _mean(xs: list[float]) -> float | None:
-    finite = [x for x in xs if math.isfinite(x)]
-    return sum(finite) / len(finite) if finite else None
-
-
 def _row(row: ZooRow, claim: str) -> list:
     flag = "" if row.choice.interpolated else "⚑"
     convex = row.rule == CONVEX
@@ -64,11 +49,11 @@ def _row(row: ZooRow, claim: str) -> list:
         claim,
         lr,
         schedule,
-        _mean(row.recovery),
+        finite_mean(row.recovery),
         _seeds(row.recovery),
-        _mean(row.loss),
-        _mean(row.effective_rank),
-        _mean(row.balancedness),
+        finite_mean(row.loss),
+        finite_mean(row.effective_rank),
+        finite_mean(row.balancedness),
         steps,
         flag,
     ]
@@ -163,10 +148,10 @@ def zoo_tables(result: ZooResult) -> list[Table]:
                 [
                     r.rule,
                     f"{lr:g}",
-                    _mean([row[j] for row in g.recovery]),
+                    finite_mean([row[j] for row in g.recovery]),
                     f"{status.count(INTERPOLATED)}/{len(status)}",
                     status.count(DIVERGED),
-                    _mean([float(row[j]) for row in g.steps]),
+                    finite_mean([float(row[j]) for row in g.steps]),
                     "chosen" if j == r.choice.index else "",
                 ]
             )
@@ -184,97 +169,6 @@ def zoo_tables(result: ZooResult) -> list[Table]:
         paired = paired_table("recovery error against gd, paired by seed", arms)
         tables.extend([paired] if paired is not None else [])
     return tables
-
-
-_MARKERS = {EQUIVARIANT_CLASS: "o", COORDINATEWISE_CLASS: "^", "convex": "D"}
-
-
-def rule_colors(result: ZooResult) -> dict[str, str]:
-    """One colour per rule (and the convex row), in table order, for every zoo figure."""
-    return palette([*result.spec.rules, CONVEX])
-
-
-def zoo_figures(result: ZooResult, directory: Path) -> list:
-    """Recovery against effective rank per rule, singular spectra, and loss curves; each rule
-    has one colour in all three (:func:`rule_colors`)."""
-    figures = []
-    colors = rule_colors(result)
-    rows = result.rows + ([result.convex] if result.convex is not None else [])
-    points = [
-        {"effective rank": er, "recovery error": rec, "rule": r.rule}
-        for r in rows
-        for rec, er in zip(r.recovery, r.effective_rank, strict=True)
-    ]
-    if points:
-        fig = plot_scatter(
-            points,
-            x="effective rank",
-            y="recovery error",
-            color_by="rule",
-            title="recovery error against effective rank (per seed)",
-            colors=colors,
-            markers={r.rule: _MARKERS[r.klass] for r in rows},
-            legend_outside=True,  # a legend, not labels on the points: nothing overlaps
-        )
-        ax = fig.axes[0]
-        for r in rows:
-            if r.recovery:
-                mean = (_mean(r.effective_rank), _mean(r.recovery))
-                ax.scatter(*mean, marker="x", color=colors[r.rule], s=40, linewidths=1.2)
-        figures.append(
-            save_figure(
-                fig,
-                directory,
-                "recovery_vs_effective_rank",
-                caption="each point a seed at the rule's chosen rate, × the rule's mean; "
-                "○ orthogonally equivariant, △ coordinatewise, ◇ the convex row",
-            )
-        )
-    batch = SensingBatch.build(result.spec)
-    target = torch.linalg.svdvals(batch.target.double()).mean(0).tolist()
-    series = {"target": (list(range(1, len(target) + 1)), target)}
-    for r in rows:
-        if r.spectra:
-            mean = [sum(col) / len(col) for col in zip(*r.spectra, strict=True)]
-            series[r.rule] = (list(range(1, len(mean) + 1)), mean)
-    fig = plot_curves(
-        series,
-        title="singular values of the recovered U Vᵀ (mean over seeds)",
-        xlabel="index",
-        ylabel="singular value",
-        logy=True,
-        colors={**colors, "target": "black"},
-    )
-    ax = fig.axes[0]
-    ax.lines[0].set(linestyle="--")  # the target, apart from the rules
-    ax.legend(fontsize="small", ncols=2)
-    figures.append(save_figure(fig, directory, "spectra", caption="dashed: the target X*"))
-    curves = {}
-    for r in result.rows:
-        j = r.choice.index
-        if j is not None and r.grid.curve_steps:
-            loss = [_mean([seed[j] for seed in c]) or float("nan") for c in r.grid.curve_loss]
-            curves[r.rule] = (r.grid.curve_steps, loss)
-    if curves:
-        fig = plot_curves(
-            curves,
-            title="train loss at the chosen rate (mean over seeds)",
-            xlabel="step",
-            ylabel="loss",
-            logy=True,
-            hlines={"interpolation": result.spec.interpolation_loss},
-            colors={**colors, "interpolation": "grey"},
-        )
-        figures.append(
-            save_figure(
-                fig,
-                directory,
-                "loss_curves",
-                caption="at each check step s the loss the interpolation check reads: the "
-                "pre-update loss of step s",
-            )
-        )
-    return figures
 
 
 def _runs(result) -> tuple[list, list[Failure]]:
@@ -337,7 +231,14 @@ def dial_tables(result: DialResult) -> list[Table]:
         flag = "" if pt.choice.interpolated else "⚑"
         lr = None if pt.choice.lr is None else f"{pt.choice.lr:g}"
         rows.append(
-            [label, lr, _mean(pt.recovery), _seeds(pt.recovery), _mean(pt.effective_rank), flag]
+            [
+                label,
+                lr,
+                finite_mean(pt.recovery),
+                _seeds(pt.recovery),
+                finite_mean(pt.effective_rank),
+                flag,
+            ]
         )
     per_p = Table(
         f"Adam-p dial ({spec.mean} mean), per-p rates: n = {spec.n}, r* = {spec.rank}, "
@@ -370,64 +271,6 @@ def dial_tables(result: DialResult) -> list[Table]:
     against = " and against gd" if result.gd is not None else ""
     paired = paired_table(f"recovery error between adjacent p{against}, paired by seed", arms)
     return [per_p, fixed, *([paired] if paired is not None else [])]
-
-
-def dial_colors(result: DialResult) -> dict[str, str]:
-    """One colour per line of the dial's figures: the per-p arm black, each shared rate a
-    shade of viridis (ordered like the rates), gd red, the planted rank grey."""
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    lrs = result.spec.lrs
-    shades = colormaps["viridis"]
-    colors = {"per-p rate": "black", "gd": "#d62728", "planted": "#7f7f7f"}
-    for j, lr in enumerate(lrs):
-        colors[f"fixed lr {lr:g}"] = to_hex(shades(0.1 + 0.75 * j / max(len(lrs) - 1, 1)))
-    return colors
-
-
-def dial_figures(result: DialResult, directory: Path) -> list:
-    """Recovery error and effective rank against p: per-p arm, fixed-rate arms, references;
-    each line has one colour in both figures (:func:`dial_colors`)."""
-    figures = []
-    colors = dial_colors(result)
-    ps = [pt.p for pt in result.points]
-    for metric, index, name in (
-        ("recovery error", 0, "recovery"),
-        ("effective rank", 1, "effective_rank"),
-    ):
-        series = {}
-        if result.points:
-            values = [
-                pt.mean_recovery if index == 0 else pt.mean_effective_rank for pt in result.points
-            ]
-            series["per-p rate"] = (ps, values)
-            for j, lr in enumerate(result.spec.lrs):
-                series[f"fixed lr {lr:g}"] = (ps, [pt.at_rate(j)[index] for pt in result.points])
-        hlines = {}
-        if result.gd is not None:
-            gd = result.gd
-            hlines["gd"] = gd.mean_recovery if index == 0 else gd.mean_effective_rank
-        if index == 1:
-            hlines["planted"] = result.planted_effective_rank
-        if not series:
-            continue
-        fig = plot_curves(
-            series,
-            title=f"Adam-p dial: {metric} against p",
-            xlabel="p",
-            ylabel=metric,
-            hlines=hlines,
-            colors=colors,
-        )
-        ax = fig.axes[0]
-        ax.lines[0].set(linewidth=2.4, marker="o", zorder=5)  # the per-p arm
-        for line in ax.lines[1 : 1 + len(result.spec.lrs)]:
-            line.set(linewidth=1.0, alpha=0.75, marker=".")
-        ax.legend(fontsize="small")
-        caption = "black: per-p rate (the protocol's selection); thin: one shared rate"
-        figures.append(save_figure(fig, directory, f"dial_{name}", caption=caption))
-    return figures
 
 
 def dial_report(result: DialResult, directory: Path) -> Path:

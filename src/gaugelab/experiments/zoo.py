@@ -34,6 +34,7 @@ from gaugelab.experiments._convex import (
 )
 from gaugelab.experiments._grids import LearningRateGrids
 from gaugelab.experiments._rates import RateChoice, select_rate
+from gaugelab.experiments._rule_results import RuleResult, read_study, record_result
 from gaugelab.experiments._sensing import (
     COORDINATEWISE_CLASS,
     EQUIVARIANT_CLASS,
@@ -46,7 +47,7 @@ from gaugelab.experiments._study import (
     StudyOutcome,
     run_experiment,
 )
-from gaugelab.experiments._training import RuleResult, read_study, record_result, train_rule
+from gaugelab.experiments._training import train_rule
 from gaugelab.experiments.sensing_report import zoo_report, zoo_tables
 from gaugelab.optim import CLAIMS, EQUIVARIANT, OPTIMIZERS
 from gaugelab.study.report import Table
