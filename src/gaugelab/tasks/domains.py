@@ -5,7 +5,7 @@ tiny-shakespeare) and fine-tune it on a *target* domain (by default the pinned s
 source of the running interpreter, :data:`gaugelab.tasks.sources.STDLIB_FILES`), measuring how
 well each is predicted. :class:`TwoDomainSpec` is the corpus's identity (both sources with
 their digests, the split fractions, the seed, the window length); :class:`TwoDomainText` is the
-corpus it defines:
+corpus it defines (the spec and its checks: ``_domain_spec``, re-exported here):
 
 * **Splits.** Each domain's ``N``-character text is cut into ``n_chunks`` contiguous chunks,
   chunk ``i`` being characters ``[i·N // n_chunks, (i+1)·N // n_chunks)``. One
@@ -29,118 +29,20 @@ biderman2024lora (target learning against retention of the source domain: code a
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gaugelab.tasks.sources import (
-    DEFAULT_PATTERNS,
-    TextSource,
-    path_source,
-    read_source,
-    stdlib_source,
-    tiny_shakespeare_source,
-)
+from gaugelab.tasks._batches import check_batch_size, check_generator, stream
+from gaugelab.tasks._domain_spec import DOMAINS, SPLITS, TwoDomainSpec, two_domain_spec
+from gaugelab.tasks.sources import read_source
 
 __all__ = ["DOMAINS", "SPLITS", "UNKNOWN", "DomainText", "TwoDomainSpec", "TwoDomainText",
            "UnknownReport", "two_domain_spec"]  # fmt: skip
 
-DOMAINS = ("retention", "target")
-SPLITS = ("train", "val", "test")
 UNKNOWN = "\ufffd"
 """What :meth:`DomainText.decode` writes for the unknown token (U+FFFD REPLACEMENT CHARACTER)."""
-
-
-class TwoDomainSpec(BaseModel):
-    """The identity of a two-domain corpus: both sources with their digests, split and windows.
-
-    Build one with :func:`two_domain_spec`; load the corpus with :class:`TwoDomainText`.
-
-    Raises:
-        pydantic.ValidationError (a ``ValueError``): a field out of range; a split of 0 chunks;
-            a chunk of either domain not longer than ``block_size``.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    retention: TextSource = Field(description="The retention domain's text (tiny-shakespeare).")
-    target: TextSource = Field(description="The target domain's text (the stdlib by default).")
-    val_fraction: float = Field(0.1, gt=0, lt=1, description="Fraction of chunks validating.")
-    test_fraction: float = Field(0.1, gt=0, lt=1, description="Fraction of chunks held out.")
-    n_chunks: int = Field(100, ge=3, description="Contiguous chunks each domain is cut into.")
-    seed: int = Field(0, description="Seed of the chunks' assignment to splits.")
-    block_size: int = Field(64, ge=1, description="Window length in characters (n_ctx).")
-
-    def chunk_counts(self) -> tuple[int, int, int]:
-        """``(n_train, n_val, n_test)`` chunks per domain: ``n_val`` and ``n_test`` are
-        ``val_fraction · n_chunks`` and ``test_fraction · n_chunks`` rounded to the nearest
-        integer (halves up), ``n_train`` the rest."""
-        n_val = int(self.val_fraction * self.n_chunks + 0.5)  # nearest, halves up
-        n_test = int(self.test_fraction * self.n_chunks + 0.5)
-        return self.n_chunks - n_val - n_test, n_val, n_test
-
-    @model_validator(mode="after")
-    def _check(self) -> TwoDomainSpec:
-        counts = self.chunk_counts()
-        if min(counts) < 1:
-            raise ValueError(
-                f"TwoDomainSpec: val_fraction={self.val_fraction}, test_fraction="
-                f"{self.test_fraction} of n_chunks={self.n_chunks} give {counts} train/val/test "
-                f"chunks; allowed: at least one chunk in each split"
-            )
-        for name in DOMAINS:
-            source: TextSource = getattr(self, name)
-            shortest = source.n_chars // self.n_chunks
-            if shortest <= self.block_size:
-                raise ValueError(
-                    f"TwoDomainSpec: block_size={self.block_size}; allowed: block_size < "
-                    f"{shortest}, the shortest {name} chunk ({source.n_chars} characters / "
-                    f"n_chunks={self.n_chunks})"
-                )
-        return self
-
-
-def two_domain_spec(
-    target: str | os.PathLike[str] | TextSource | None = None,
-    *,
-    retention: str | os.PathLike[str] | TextSource | None = None,
-    patterns: Sequence[str] = DEFAULT_PATTERNS,
-    **fields,
-) -> TwoDomainSpec:
-    """The spec of the retention and target domains, reading each source once for its digests.
-
-    Args:
-        target: ``None`` (default) for :func:`~gaugelab.tasks.sources.stdlib_source` (the
-            pinned stdlib files of the running interpreter), a UTF-8 file or folder for
-            :func:`~gaugelab.tasks.sources.path_source`, or a :class:`TextSource`.
-        retention: ``None`` (default) for the packaged tiny-shakespeare; a path or a record as
-            ``target``.
-        patterns: glob patterns for a folder ``target`` or ``retention``.
-        **fields: the other :class:`TwoDomainSpec` fields (``val_fraction``, ``test_fraction``,
-            ``n_chunks``, ``seed``, ``block_size``).
-
-    Returns:
-        A frozen :class:`TwoDomainSpec`.
-
-    Raises:
-        FileNotFoundError, ValueError: from the source constructors (a missing file, a
-            non-UTF-8 file, an empty folder); pydantic.ValidationError (a ``ValueError``): a
-            field out of range (see :class:`TwoDomainSpec`).
-    """
-
-    def resolve(source, default):
-        if source is None:
-            return default()
-        return source if isinstance(source, TextSource) else path_source(source, patterns)
-
-    return TwoDomainSpec(
-        retention=resolve(retention, tiny_shakespeare_source),
-        target=resolve(target, stdlib_source),
-        **fields,
-    )
 
 
 @dataclass(frozen=True)
@@ -299,11 +201,8 @@ class DomainText:
             TypeError: ``generator`` is not a ``torch.Generator``.
         """
         data = self.data(split)
-        _check_batch_size("DomainText.get_batch", batch_size)
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"DomainText.get_batch: generator={generator!r}; allowed: a torch.Generator"
-            )
+        check_batch_size("DomainText.get_batch", batch_size)
+        check_generator("DomainText.get_batch", generator)
         starts, ends, counts = self._windows[split]
         u = torch.randint(int(ends[-1]), (batch_size,), generator=generator)  # [B]
         run = torch.searchsorted(ends, u, right=True)  # [B], the run holding window u
@@ -328,31 +227,11 @@ class DomainText:
                 ``steps < 0`` (at the call, not at the first ``next``).
         """
         self.data(split)
-        _check_batch_size("DomainText.batches", batch_size)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"DomainText.batches: seed={seed!r}; allowed: an integer")
-        if steps is not None and (
-            isinstance(steps, bool) or not isinstance(steps, int) or steps < 0
-        ):
-            raise ValueError(
-                f"DomainText.batches: steps={steps!r}; allowed: None or an integer >= 0"
-            )
-        return self._stream(split, batch_size, torch.Generator().manual_seed(seed), steps)
-
-    def _stream(self, split, batch_size, generator, steps):
-        count = 0
-        while steps is None or count < steps:
-            yield self.get_batch(split, batch_size, generator)
-            count += 1
+        return stream("DomainText.batches", self.get_batch, split, batch_size, seed, steps)
 
     def __repr__(self) -> str:
         sizes = " / ".join(f"{self._data[s].numel()} {s}" for s in SPLITS)
         return f"DomainText({self.name!r}, {self.source.describe()}; {sizes})"
-
-
-def _check_batch_size(where: str, batch_size: object) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"{where}: batch_size={batch_size!r}; allowed: an integer >= 1")
 
 
 class TwoDomainText:

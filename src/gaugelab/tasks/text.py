@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from gaugelab.tasks._batches import check_batch_size, check_generator, stream
+
 SPLITS = ("train", "val")
 
 TINY_SHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
@@ -301,14 +303,8 @@ class CharText:
             TypeError: ``generator`` is not a ``torch.Generator``.
         """
         data = self.data(split)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(
-                f"CharText.get_batch: batch_size={batch_size!r}; allowed: an integer >= 1"
-            )
-        if not isinstance(generator, torch.Generator):
-            raise TypeError(
-                f"CharText.get_batch: generator={generator!r}; allowed: a torch.Generator"
-            )
+        check_batch_size("CharText.get_batch", batch_size)
+        check_generator("CharText.get_batch", generator)
         offsets = torch.randint(
             data.numel() - self.block_size, (batch_size,), generator=generator
         )  # [B]
@@ -335,23 +331,7 @@ class CharText:
                 ``steps < 0`` (raised at the call, not at the first ``next``).
         """
         self.data(split)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(
-                f"CharText.batches: batch_size={batch_size!r}; allowed: an integer >= 1"
-            )
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"CharText.batches: seed={seed!r}; allowed: an integer")
-        if steps is not None and (
-            isinstance(steps, bool) or not isinstance(steps, int) or steps < 0
-        ):
-            raise ValueError(f"CharText.batches: steps={steps!r}; allowed: None or an integer >= 0")
-        return self._stream(batch_size, torch.Generator().manual_seed(seed), split, steps)
-
-    def _stream(self, batch_size, generator, split, steps):
-        count = 0
-        while steps is None or count < steps:
-            yield self.get_batch(split, batch_size, generator)
-            count += 1
+        return stream("CharText.batches", self.get_batch, split, batch_size, seed, steps)
 
     def __repr__(self) -> str:
         return (
