@@ -22,7 +22,7 @@ from gaugelab.study.runner import AdmissionError
 from gaugelab.tasks import TwoDomainSpec, TwoDomainText
 
 __all__ = ["BASE_PREFIX", "DOMAINS", "base_model", "eval_batches", "load_corpus",
-           "pretrain_weights", "read_adapter_bytes", "run_store"]  # fmt: skip
+           "pretrain_weights", "read_adapter_bytes"]  # fmt: skip
 
 DOMAINS = ("retention", "target")
 BASE_PREFIX = "gaugelab:lora-pretrain:"
@@ -77,12 +77,6 @@ def base_model(spec: PretrainSpec, weights: dict[str, torch.Tensor], d_vocab: in
     model = Transformer(spec.transformer_config(d_vocab), dtype=getattr(torch, spec.dtype))
     model.load_state_dict(weights, strict=True)
     return model
-
-
-def run_store(run: Any) -> Any:
-    """The run store a run context writes to (``run.store`` when the harness exposes it)."""
-    store = getattr(run, "store", None)
-    return store if store is not None else run._store
 
 
 def read_adapter_bytes(files: dict[str, bytes]) -> Adapter:

@@ -38,7 +38,6 @@ from gaugelab.experiments._lora_data import (
     eval_batches,
     load_corpus,
     pretrain_weights,
-    run_store,
 )
 from gaugelab.experiments._lora_spec import FinetuneSpec, PretrainSpec
 from gaugelab.models import Ensemble, Transformer
@@ -302,7 +301,7 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
     """
     start = time.perf_counter()
     method, rank = spec.candidate
-    store = run_store(run)
+    store = run.store
     weights = pretrain_weights(store, spec.pretrain)
     label = "full" if rank is None else f"lora r={rank}"
     with deterministic():
@@ -315,7 +314,7 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
                 inject_lora(member, list(spec.targets), rank, spec.alpha(rank), init=spec.init,
                             use_rslora=spec.rslora, seed=seed)  # fmt: skip
             members.append(member)
-        ensemble = Ensemble(members)
+        ensemble = Ensemble(members, sdpa=True)  # fused attention, member by member
         trainable = [p for p in ensemble.parameters() if p.requires_grad]
         lr = spec.full_lr if rank is None else spec.lr
         opt = make_optimizer("adamw", trainable, lr=lr, weight_decay=0.0, member_dims=1)

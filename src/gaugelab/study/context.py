@@ -66,6 +66,12 @@ class RunContext:
         self.checkpoint_rejected = ""
         self._ordinal = ordinal
 
+    @property
+    def store(self) -> RunStore:
+        """The open run store this attempt writes to (for reading other runs' verified
+        artifacts, e.g. a pretrained model a fine-tuning run starts from)."""
+        return self._store
+
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Append the metrics of one step (raises NonFiniteError on NaN/inf, writing nothing)."""
         self._store.log_metrics(self.attempt_id, step, metrics)
