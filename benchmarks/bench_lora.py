@@ -9,12 +9,15 @@ work arrays torch allocates for LAPACK. tracemalloc cannot see them (they are no
 objects).
 
 (b) One AdamW training step (forward, backward, update) of E = 4 LoRA seeds of one rank as one
-``models.Ensemble`` (vmap over the stacked factors; frozen base weights get no gradient) against
-the per-seed loop over four LoRA models, on the LoRA protocol's model (3 blocks, d_model 64,
-r = 4 on every projection, windows of 64 characters; target ≥ 1.5×) at batch sizes 1, 8 and 32
-(1 with ``--quick``): batching pays where the per-op overhead dominates (small batches), while at
-the protocol's batch of 32 both sides are bound by the same arithmetic (and the loop's models use
-fused attention, which vmap cannot). All timings are warmed up and interleaved
+``models.Ensemble`` against the per-seed loop over four LoRA models on the same frozen base, on
+the LoRA protocol's model (3 blocks, d_model 64, r = 4 on every projection, windows of 64
+characters; target ≥ 1.5×) at batch sizes 1, 8 and 32 (1 with ``--quick``). The ensemble is
+built as ``lora finetune`` builds it: vmap over the stacked factors, the frozen base stored once
+and entering vmap unbatched (one matmul over all members' tokens; no gradient), and fused
+attention (``sdpa=True``: torch's kernel, called member by member, as the loop's models call
+it). Batching pays where the per-op overhead dominates (small batches); at the protocol's batch
+of 32 both sides are bound by the same arithmetic, and the ensemble's elementwise work runs on
+E-times larger tensors. All timings are warmed up and interleaved
 (``gaugelab.cli.bench.time_calls``).
 """
 
@@ -114,7 +117,8 @@ def _ensemble_row(batch: int, repeat: int, number: int) -> list:
     x = torch.randint(0, 161, (members, batch, 64), generator=g)
     y = torch.randint(0, 161, (members, batch, 64), generator=g)
     models = _seed_models(members)
-    ensemble = Ensemble(models)
+    ensemble = Ensemble(models, sdpa=True)  # as gaugelab lora finetune builds it
+    assert ensemble.shared_names, "the seeds' frozen base should be shared"
     joint = make_optimizer("adamw", [p for p in ensemble.parameters() if p.requires_grad],
                            lr=1e-3, weight_decay=0.0, member_dims=1)  # fmt: skip
     loop = [copy.deepcopy(m) for m in models]

@@ -1,5 +1,8 @@
 """Tests for gaugelab.models.ensemble: E members as one equal E separate models."""
 
+import warnings
+from copy import deepcopy
+
 import pytest
 import torch
 
@@ -117,15 +120,162 @@ def test_frozen_parameters_stay_frozen_and_get_no_gradient():
     for seed, m in enumerate(models):
         inject_lora(m, ["q_proj", "fc_out"], r=2, alpha=4.0, seed=seed)
     ensemble = Ensemble(models)
-    flags = {n: p.requires_grad for n, p in ensemble.stacked_parameters().items()}
+    every = {**ensemble.stacked_parameters(), **ensemble.shared_parameters()}
+    flags = {n: p.requires_grad for n, p in every.items()}
     assert flags == {n: p.requires_grad for n, p in models[0].named_parameters()}
     assert sorted(n for n, f in flags.items() if f) == [
         f"blocks.{i}.{m}.lora_{x}" for i in (0, 1) for m in ("attn.q_proj", "mlp.fc_out")
         for x in "AB"
     ]  # fmt: skip
     ensemble(tokens()).square().sum().backward()
-    for name, p in ensemble.stacked_parameters().items():
+    for name, p in every.items():
         assert (p.grad is not None) == flags[name], name
+
+
+# --- frozen parameters equal in every member are shared ---------------------------------------
+
+
+def lora_seeds(n=3, **overrides):
+    """n LoRA seeds (r = 2 on q_proj and fc_out, B ≠ 0) on copies of one float64 base."""
+    from gaugelab.models.lora import inject_lora
+
+    base = members(1, **overrides)[0]
+    models = []
+    for seed in range(n):
+        model = deepcopy(base)
+        inject_lora(model, ["q_proj", "fc_out"], r=2, alpha=4.0, seed=seed)
+        with torch.no_grad():  # B = 0 at init: give it a value, so the members differ
+            for name, p in model.named_parameters():
+                if name.endswith("lora_B"):
+                    p.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed))
+        models.append(model)
+    return models
+
+
+def test_frozen_parameters_equal_in_every_member_are_stored_once():
+    models = lora_seeds()
+    ensemble = Ensemble(models)
+    names = [n for n, _ in models[0].named_parameters()]
+    assert ensemble.names == names
+    assert ensemble.shared_names == [n for n in names if "lora_" not in n]
+    stacked, shared = ensemble.stacked_parameters(), ensemble.shared_parameters()
+    assert list(stacked) == [n for n in names if "lora_" in n]  # exactly what an optimizer steps
+    assert all(p.requires_grad and p.shape[0] == 3 for p in stacked.values())
+    for name, p in shared.items():
+        assert not p.requires_grad and torch.equal(p, models[0].get_parameter(name)), name
+    by_name = {**stacked, **shared}
+    assert [id(p) for p in ensemble.parameters()] == [id(by_name[n]) for n in names]
+    # the base once, the factors E times
+    base = sum(p.numel() for n, p in models[0].named_parameters() if "lora_" not in n)
+    factors = sum(p.numel() for n, p in models[0].named_parameters() if "lora_" in n)
+    assert sum(p.numel() for p in ensemble.parameters()) == base + 3 * factors
+
+
+@pytest.mark.parametrize("vectorize", [True, False], ids=["vmap", "loop"])
+def test_shared_parameters_give_the_separate_models_forward_and_gradients(vectorize):
+    models = lora_seeds(positional="rope", n_key_value_heads=2, qk_norm=True)
+    ensemble = Ensemble(models, vectorize=vectorize)
+    assert ensemble.shared_names
+    x = torch.stack([tokens(seed=1), tokens(seed=2), tokens(seed=3)])  # [E, B, T]
+    out = ensemble(x, member_inputs=True)
+    reference = torch.stack([m(x[e]) for e, m in enumerate(models)])
+    assert (out - reference).abs().max() <= 1e-12
+    assert (ensemble(x[0]) - torch.stack([m(x[0]) for m in models])).abs().max() <= 1e-12
+    out.square().sum().backward()
+    for e, m in enumerate(models):
+        m(x[e]).square().sum().backward()
+    for name, p in ensemble.stacked_parameters().items():
+        for e, m in enumerate(models):
+            assert (p.grad[e] - m.get_parameter(name).grad).abs().max() <= 1e-12, name
+    assert all(p.grad is None for p in ensemble.shared_parameters().values())
+
+
+def test_sharing_matches_the_fully_stacked_ensemble_step_for_step():
+    models = lora_seeds()
+    ensembles = [Ensemble(models), Ensemble(models, share_frozen=False)]
+    assert ensembles[0].shared_names and not ensembles[1].shared_names
+    assert list(ensembles[1].stacked_parameters()) == ensembles[1].names  # E copies of all
+    opts = [
+        make_optimizer("adam", [p for p in ens.parameters() if p.requires_grad], lr=1e-2,
+                       member_dims=1)
+        for ens in ensembles
+    ]  # fmt: skip
+    x = tokens()
+    for _ in range(3):
+        for ens, opt in zip(ensembles, opts, strict=True):
+            opt.zero_grad()
+            ens(x).square().mean(dim=(1, 2, 3)).sum().backward()
+            opt.step()
+    for e in range(3):
+        ours, stacked = ensembles[0].member_parameters(e), ensembles[1].member_parameters(e)
+        for name in ensembles[0].names:
+            assert (ours[name] - stacked[name]).abs().max() <= 1e-12, name
+
+
+def test_members_get_the_shared_tensor_and_member_copies_own_their_weights():
+    models = lora_seeds(2)
+    ensemble = Ensemble(models)
+    shared = ensemble.shared_parameters()["embed.weight"]
+    for e in range(2):
+        assert ensemble.member_parameters(e)["embed.weight"] is shared
+        assert list(ensemble.member_parameters(e)) == ensemble.names
+    x = tokens()
+    copies = [ensemble.member(e) for e in range(2)]
+    for e, copy_ in enumerate(copies):
+        assert torch.equal(copy_(x), models[e](x))
+        assert copy_.embed.weight.data_ptr() != shared.data_ptr()
+    with torch.no_grad():  # a member copy is standalone: changing it changes nothing else
+        copies[0].embed.weight.zero_()
+    assert torch.equal(shared, models[0].embed.weight)
+    assert torch.equal(ensemble.member(1)(x), models[1](x))
+
+
+def test_frozen_parameters_that_differ_between_members_stay_stacked():
+    models = members(2)  # different seeds: different weights
+    for m in models:
+        m.embed.weight.requires_grad_(False)
+    ensemble = Ensemble(models)
+    assert "embed.weight" not in ensemble.shared_names
+    embed = ensemble.stacked_parameters()["embed.weight"]
+    assert embed.shape[0] == 2 and not embed.requires_grad
+    assert torch.equal(embed[1], models[1].embed.weight)
+    x = tokens()
+    out = ensemble(x)
+    assert (out - torch.stack([m(x) for m in models])).abs().max() <= 1e-12
+    out.square().sum().backward()
+    assert embed.grad is None
+
+
+def test_trainable_parameters_are_never_shared():
+    model = members(1)[0]
+    ensemble = Ensemble([model, model])  # equal, but trainable: each member steps its own
+    assert ensemble.shared_names == [] and ensemble.shared_parameters() == {}
+    assert list(ensemble.stacked_parameters()) == ensemble.names
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"positional": "alibi", "n_key_value_heads": 2}, {"causal": False}],
+    ids=["causal", "alibi-gqa", "bidirectional"],
+)
+def test_fused_attention_under_vmap_gives_the_separate_models(overrides):
+    """sdpa=True: torch runs the fused kernel member by member (no batching rule), silently."""
+    models = lora_seeds(**overrides)
+    ensemble, plain = Ensemble(models, sdpa=True), Ensemble(models)
+    x = torch.stack([tokens(seed=1), tokens(seed=2), tokens(seed=3)])  # [E, B, T]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ensemble(x, member_inputs=True)
+        out.square().sum().backward()
+    assert not [w for w in caught if "performance drop" in str(w.message)]
+    reference = torch.stack([m(x[e]) for e, m in enumerate(models)])
+    assert (out - reference).abs().max() <= 1e-12
+    assert (out - plain(x, member_inputs=True)).abs().max() <= 1e-12
+    for e, m in enumerate(models):
+        m(x[e]).square().sum().backward()
+    for name, p in ensemble.stacked_parameters().items():
+        for e, m in enumerate(models):
+            assert (p.grad[e] - m.get_parameter(name).grad).abs().max() <= 1e-12, name
 
 
 def test_members_frozen_differently_are_refused():

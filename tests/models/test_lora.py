@@ -485,9 +485,8 @@ def test_lora_seeds_train_as_one_ensemble():
     assert sum(p.numel() for g in groups for p in g["params"]) == 3 * sum(
         p.numel() for n, p in members[0].named_parameters() if "lora_" in n
     )
-    base_before = {
-        n: p.detach().clone() for n, p in ensemble.stacked_parameters().items() if "lora_" not in n
-    }
+    base_before = {n: p.detach().clone() for n, p in ensemble.shared_parameters().items()}
+    assert list(base_before) == [n for n, _ in members[0].named_parameters() if "lora_" not in n]
     opt = torch.optim.SGD(groups)
     out.square().mean(dim=(1, 2, 3)).sum().backward()
     opt.step()
@@ -499,4 +498,4 @@ def test_lora_seeds_train_as_one_ensemble():
         for e, m in enumerate(members):
             assert (stacked[e] - m.get_parameter(name)).abs().max() <= EXACT, name
     for name, before in base_before.items():
-        assert torch.equal(ensemble.stacked_parameters()[name], before), name
+        assert torch.equal(ensemble.shared_parameters()[name], before), name

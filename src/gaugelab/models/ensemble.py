@@ -1,32 +1,57 @@
 """Run E copies of a model as one: parameters stacked on a leading member dimension.
 
-Built on ``torch.func`` (``stack_module_state``, ``functional_call``, ``vmap``). Gradients come
-from ordinary autograd on the sum of the member losses; members never interact, so an
-optimizer with ``member_dims=1`` steps all of them at once. ``compile=True`` hands the vmapped
-forward (and, through AOTAutograd, its backward) to ``torch.compile``: on CPU this fuses the
-elementwise work between the matmuls, which is where an eager ensemble loses its time.
+Built on ``torch.func`` (``functional_call``, ``vmap``; the stacking of
+``stack_module_state``). Gradients come from ordinary autograd on the sum of the member losses;
+members never interact, so an optimizer with ``member_dims=1`` steps all of them at once. A
+frozen parameter that every member holds bit for bit (the base weights of E LoRA seeds on one
+model) is kept once, without a member dimension, and enters ``vmap`` unbatched
+(``in_dims=None``): a linear layer then runs one matmul over all members' inputs instead of a
+batched matmul over E copies of the same weight, and the base is stored once, not E times.
+``compile=True`` hands the vmapped forward (and, through AOTAutograd, its backward) to
+``torch.compile``: on CPU this fuses the elementwise work between the matmuls, which is where
+an eager ensemble loses its time.
 """
 
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 
 import torch
 from torch import nn
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import functional_call, vmap
+
+# torch's warning when vmap runs an op without a batching rule (the fused attention kernels)
+_FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching"
 
 
 def _slot(name: str) -> str:
     return name.replace(".", "__")
 
 
+def _equal_across(tensors) -> bool:
+    """Whether the tensors are bitwise equal (same device, shape, dtype and values)."""
+    first, *rest = tensors
+    return all(t.device == first.device and torch.equal(t, first) for t in rest)
+
+
 class Ensemble(nn.Module):
     """E members of one architecture evaluated together.
 
-    A stacked parameter keeps its members' ``requires_grad``: frozen parameters (the base
-    weights of a LoRA model) stay frozen, so ``[p for p in ensemble.parameters() if
-    p.requires_grad]`` is what an optimizer should step.
+    Every parameter keeps its members' ``requires_grad``, so ``[p for p in
+    ensemble.parameters() if p.requires_grad]`` is what an optimizer should step. A parameter
+    is either
+
+    * *stacked*, ``[E, *shape]`` (:meth:`stacked_parameters`): every trainable parameter, and
+      every frozen one whose members' values differ; or
+    * *shared*, ``[*shape]`` (:meth:`shared_parameters`): frozen (``requires_grad=False``) in
+      every member and bitwise equal across members (``torch.equal``), as the base weights of
+      E LoRA seeds injected into copies of one model are. It is stored once and every member
+      computes with it; :meth:`member_parameters` hands every member that same tensor.
+
+    An ensemble of fully trainable members (the twin protocol) has no shared parameters and
+    computes exactly as with every parameter stacked.
 
     Args:
         models: E ≥ 1 modules of identical structure (parameter names and shapes).
@@ -40,11 +65,23 @@ class Ensemble(nn.Module):
             not bitwise. Identical members stay bitwise identical only under
             ``torch.use_deterministic_algorithms(True)`` (otherwise the embedding's scatter-add
             backward runs in a thread-dependent order).
+        share_frozen: keep frozen parameters that are equal across members once (True), or
+            stack every parameter (False; the layout before sharing existed, E copies).
+        sdpa: eager calls run attention through torch's fused
+            ``F.scaled_dot_product_attention`` (modules with ``use_sdpa``) instead of the plain
+            ops. torch has no vmap batching rule for the fused kernel, so vmap's fallback calls
+            it once per member: each member's attention is then bitwise what its own model
+            computes (the plain ops agree to ~1e-15 in float64), and at long windows it is
+            faster (the [B, H, T, T] scores are never formed). Off by default: the compiled
+            graph always uses the plain ops, and the twin protocol's eager runs keep them.
 
     Attributes:
         n_members: E.
-        names: parameter names of one member, in ``named_parameters`` order.
+        names: parameter names of one member, in ``named_parameters`` order (stacked and
+            shared together).
+        shared_names: the names of the shared parameters (a subset of ``names``, same order).
         use_compile: whether gradient-enabled calls run the compiled forward.
+        sdpa: whether eager calls use fused attention.
 
     Raises:
         ValueError: no models, members whose parameter names, shapes, dtypes or
@@ -60,6 +97,8 @@ class Ensemble(nn.Module):
         *,
         vectorize: bool | None = None,
         compile: bool = False,
+        share_frozen: bool = True,
+        sdpa: bool = False,
     ) -> None:
         super().__init__()
         models = list(models)
@@ -80,24 +119,34 @@ class Ensemble(nn.Module):
                     f"Ensemble: member {i} freezes other parameters than member 0 "
                     "(requires_grad differs); allowed: members frozen alike"
                 )
-        params, buffers = stack_module_state(models)
+        member_params = [dict(m.named_parameters()) for m in models]
         self.n_members = len(models)
-        self.names = list(params)
-        self._buffer_names = list(buffers)
-        for name, p in params.items():
-            # a frozen parameter (a LoRA base weight) stays frozen in the stack
-            stacked = nn.Parameter(p.detach().clone(), requires_grad=trainable[name])
-            self.register_parameter(_slot(name), stacked)
-        for name, b in buffers.items():
-            self.register_buffer(_slot(name), b.clone(), persistent=False)
-        # Templates are kept out of the module tree, so ensemble.parameters() is the stacked ones.
+        self.names = list(member_params[0])
+        self.shared_names = [
+            n for n in self.names
+            if share_frozen and not trainable[n] and _equal_across(p[n] for p in member_params)
+        ]  # fmt: skip
+        shared = set(self.shared_names)
+        for name in self.names:
+            if name in shared:  # stored once, no member dimension
+                value = member_params[0][name].detach().clone()
+            else:  # [E, *shape]; a frozen parameter (a LoRA base weight) stays frozen
+                value = torch.stack([p[name].detach() for p in member_params])
+            self.register_parameter(_slot(name), nn.Parameter(value, requires_grad=trainable[name]))
+        member_buffers = [dict(m.named_buffers()) for m in models]
+        self._buffer_names = list(member_buffers[0])
+        for name in self._buffer_names:
+            stacked = torch.stack([b[name] for b in member_buffers])
+            self.register_buffer(_slot(name), stacked, persistent=False)
+        # Templates are kept out of the module tree: ensemble.parameters() is the stacked and
+        # shared ones.
         template = copy.deepcopy(models[0]).to("meta")
         self.__dict__["_template"] = template
         if hasattr(template, "check_inputs"):
             template.check_inputs = False
         for module in template.modules():
-            if hasattr(module, "use_sdpa"):  # fused attention kernels have no vmap rule
-                module.use_sdpa = False
+            if hasattr(module, "use_sdpa"):  # fused attention: vmap runs it member by member
+                module.use_sdpa = sdpa
         if vectorize is None:
             vectorize = all(getattr(m, "vmap_compatible", True) for m in models[0].modules())
         if compile and not vectorize:
@@ -107,11 +156,18 @@ class Ensemble(nn.Module):
             )
         self.vectorize = vectorize
         self.use_compile = compile
-        self.__dict__["_member_template"] = copy.deepcopy(models[0])
+        self.sdpa = sdpa
+        member_template = copy.deepcopy(models[0])
+        with torch.no_grad():  # the template's shared weights are the ensemble's: one copy
+            for name in self.shared_names:
+                member_template.get_parameter(name).data = getattr(self, _slot(name)).detach()
+        self.__dict__["_member_template"] = member_template
         fused = copy.deepcopy(template)  # the compiled graph's template
         for module in fused.modules():
             if hasattr(module, "broadcast_scores"):
                 module.broadcast_scores = True
+            if hasattr(module, "use_sdpa"):
+                module.use_sdpa = False
         self.__dict__["_fused_template"] = fused
         self.__dict__["_compiled"] = {}  # in_dims → compiled vmapped forward
 
@@ -119,7 +175,7 @@ class Ensemble(nn.Module):
         if compiled and dims in self._compiled:
             return self._compiled[dims]
         template = self._fused_template if compiled else self._template
-        vectorized = vmap(lambda p, b, *x: functional_call(template, (p, b), x),
+        vectorized = vmap(lambda p, s, b, *x: functional_call(template, (p, s, b), x),
                           in_dims=dims, randomness="error")  # fmt: skip
         if not compiled:
             return vectorized
@@ -127,20 +183,36 @@ class Ensemble(nn.Module):
         return self._compiled[dims]
 
     def stacked_parameters(self) -> dict[str, torch.Tensor]:
-        """Name → stacked parameter ``[E, *shape]`` (the tensors an optimizer steps)."""
-        return {n: getattr(self, _slot(n)) for n in self.names}
+        """Name → stacked parameter ``[E, *shape]``: every trainable parameter (the tensors an
+        optimizer steps) and every frozen one whose members differ; no shared parameter."""
+        shared = set(self.shared_names)
+        return {n: getattr(self, _slot(n)) for n in self.names if n not in shared}
+
+    def shared_parameters(self) -> dict[str, torch.Tensor]:
+        """Name → shared parameter ``[*shape]`` (frozen, equal in every member, stored once;
+        no member dimension). Empty when every parameter is trainable."""
+        return {n: getattr(self, _slot(n)) for n in self.shared_names}
 
     def _stacked_buffers(self) -> dict[str, torch.Tensor]:
         return {n: getattr(self, _slot(n)) for n in self._buffer_names}
 
     def member_parameters(self, e: int) -> dict[str, torch.Tensor]:
-        """Views ``[*shape]`` of member ``e``'s parameters (they share storage)."""
+        """Member ``e``'s parameters ``[*shape]``, every name of :attr:`names` in its order:
+        views ``[e]`` of the stacked parameters and the shared parameters themselves (the same
+        tensor for every member); all share the ensemble's storage.
+
+        Raises:
+            ValueError: ``e`` outside ``0 <= e < E``.
+        """
         if not 0 <= e < self.n_members:
             raise ValueError(f"Ensemble: member {e}; allowed: 0 <= e < {self.n_members}")
-        return {n: p[e] for n, p in self.stacked_parameters().items()}
+        stacked, shared = self.stacked_parameters(), self.shared_parameters()
+        return {n: shared[n] if n in shared else stacked[n][e] for n in self.names}
 
     def member(self, e: int) -> nn.Module:
-        """A standalone copy of member ``e`` (a module of the original class)."""
+        """A standalone copy of member ``e`` (a module of the original class), shared
+        parameters included: its tensors share no storage with the ensemble or other members.
+        """
         model = copy.deepcopy(self._member_template)
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -161,15 +233,22 @@ class Ensemble(nn.Module):
         validate = getattr(self._member_template, "validate_inputs", None)
         if validate is not None and inputs:
             validate(inputs[0], leading=int(member_inputs))
-        params, buffers = self.stacked_parameters(), self._stacked_buffers()
+        params, shared = self.stacked_parameters(), self.shared_parameters()
+        buffers = self._stacked_buffers()
         if self.vectorize:
-            dims = (0, 0) + (0 if member_inputs else None,) * len(inputs)
+            # shared parameters enter unbatched: vmap folds the members into the batch
+            dims = (0, None, 0) + (0 if member_inputs else None,) * len(inputs)
             compiled = self.use_compile and torch.is_grad_enabled()
-            return self._vectorized(dims, compiled)(params, buffers, *inputs)
+            vectorized = self._vectorized(dims, compiled)
+            if compiled or not self.sdpa:
+                return vectorized(params, shared, buffers, *inputs)
+            with warnings.catch_warnings():  # the per-member fallback is the intended path
+                warnings.filterwarnings("ignore", _FALLBACK_WARNING, UserWarning)
+                return vectorized(params, shared, buffers, *inputs)
         outputs = []
         for e in range(self.n_members):
             p = {n: t[e] for n, t in params.items()}
             b = {n: t[e] for n, t in buffers.items()}
             x = tuple(t[e] for t in inputs) if member_inputs else inputs
-            outputs.append(functional_call(self._template, (p, b), x))
+            outputs.append(functional_call(self._template, (p, shared, b), x))
         return torch.stack(outputs)
