@@ -5,7 +5,8 @@ Every experiment module has the same small surface:
 * a frozen **spec** (an :class:`~gaugelab.study.spec.ExperimentSpec`: every default is the
   protocol of docs/protocols.md, every field described):
   :class:`~gaugelab.experiments.zoo.ZooSpec`, :class:`~gaugelab.experiments.dial.DialSpec`,
-  :class:`~gaugelab.experiments.twins.TwinStudy`;
+  :class:`~gaugelab.experiments.twins.TwinStudy`,
+  :class:`~gaugelab.experiments.lora.FinetuneSpec`;
 * ``plan(spec) -> Sweep``: the study's runs, executed by :func:`gaugelab.study.run_sweep` — the
   one executor (local processes or Ray), which skips completed runs, retries only
   infrastructure failures and resumes interrupted runs from their checkpoints;
@@ -15,7 +16,7 @@ Every experiment module has the same small surface:
   the report alike;
 * ``report(result, out_dir) -> Path``: figures and the self-contained HTML report.
 
-``run_zoo``, ``run_dial`` and ``run_twins_study`` do all of it at once
+``run_zoo``, ``run_dial``, ``run_twins_study`` and ``run_lora_finetune`` do all of it at once
 (:func:`~gaugelab.experiments._study.run_experiment`) and return a
 :class:`~gaugelab.experiments._study.StudyOutcome` (result, the executor's account, report
 path); the ``gaugelab`` commands are these calls plus rendering.
@@ -25,6 +26,9 @@ Modules:
 * :mod:`~gaugelab.experiments.zoo` — the matrix-sensing optimizer zoo (docs/protocols.md §3);
 * :mod:`~gaugelab.experiments.dial` — the Adam-p dial (docs/protocols.md §4);
 * :mod:`~gaugelab.experiments.twins` — the attention-head twin protocol (docs/protocols.md §5);
+* :mod:`~gaugelab.experiments.lora` — LoRA on real text: a pretrain run, full and LoRA
+  fine-tuning candidates, and ``inspect_lora`` (rank policies, truncation, the evidence
+  ladder; docs/commands/lora.md);
 * :mod:`~gaugelab.experiments.registry` — study kind → experiment module, and a study's
   report by its experiment (``gaugelab report``);
 * private: ``_sensing`` (the batched sensing task), ``_training`` (the resumable training loop),
