@@ -17,8 +17,16 @@ and entering vmap unbatched (one matmul over all members' tokens; no gradient), 
 attention (``sdpa=True``: torch's kernel, called member by member, as the loop's models call
 it). Batching pays where the per-op overhead dominates (small batches); at the protocol's batch
 of 32 both sides are bound by the same arithmetic, and the ensemble's elementwise work runs on
-E-times larger tensors. All timings are warmed up and interleaved
-(``gaugelab.cli.bench.time_calls``).
+E-times larger tensors. Two more rows per batch ask whether compilation closes that gap: the
+same ensemble with ``compile=True`` (the vmapped forward and its backward through
+``torch.compile``; the optimizer step eager, as in the eager rows) against the same eager loop,
+and against the loop with each model ``torch.compile``-d (token check outside the graph, as the
+ensemble's is), so a reader sees whether a gain is batching or compilation alone. Before timing,
+the compiled ensemble's per-member losses must equal the eager ensemble's to 1e-5 relative at
+the first step and at the second (after a backward and an update), or the benchmark fails. The
+first step of every side is untimed: that is where compilation happens, and its seconds are
+printed beside the compiled sides' names (a few seconds when torch's on-disk cache already holds
+the kernels). All timings are warmed up and interleaved (``gaugelab.cli.bench.time_calls``).
 """
 
 from __future__ import annotations
@@ -26,9 +34,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import time
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from gaugelab.cli.bench import ratio_cell, time_calls
 from gaugelab.determinism import deterministic
@@ -111,7 +121,70 @@ def _seed_models(members: int) -> list[Transformer]:
     return models
 
 
-def _ensemble_row(batch: int, repeat: int, number: int) -> list:
+def _ensemble_step(ensemble: Ensemble, x: torch.Tensor, y: torch.Tensor):
+    """One AdamW step of every member (forward, loss, backward, update), as ``lora finetune``
+    takes it; returns the ``[E]`` member losses (detached)."""
+    members = ensemble.n_members
+    opt = make_optimizer("adamw", [p for p in ensemble.parameters() if p.requires_grad],
+                         lr=1e-3, weight_decay=0.0, member_dims=1)  # fmt: skip
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        logits = ensemble(x, member_inputs=True)  # [E, B, T, V]
+        loss = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
+        loss = loss.view(members, -1).mean(dim=1)
+        loss.sum().backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+class _CompiledModel(nn.Module):
+    """A copy of ``model`` run through ``torch.compile``, its token check outside the graph (as
+    the ensemble's is: its ``.item()`` would split the graph in two)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = copy.deepcopy(model)
+        self.model.check_inputs = False
+        self.__dict__["compiled"] = torch.compile(self.model, dynamic=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        self.model.validate_inputs(tokens)
+        return self.compiled(tokens)
+
+
+def _loop_step(models: list[nn.Module], x: torch.Tensor, y: torch.Tensor):
+    """One AdamW step of each model in turn (the per-seed loop)."""
+    opts = [make_optimizer("adamw", [p for p in m.parameters() if p.requires_grad], lr=1e-3,
+                           weight_decay=0.0) for m in models]  # fmt: skip
+
+    def step() -> None:
+        for e, (model, opt) in enumerate(zip(models, opts, strict=True)):
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x[e]).flatten(0, 1), y[e].flatten()).backward()
+            opt.step()
+
+    return step
+
+
+def _check_compiled(eager, compiled, first: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Fail unless the compiled ensemble's ``[E]`` losses equal the eager ensemble's to 1e-5
+    relative at its first step and at a second one (after a backward and an AdamW update of
+    both from the same start)."""
+    pairs = [first, (eager(), compiled())]
+    for step, (want, got) in enumerate(pairs, start=1):
+        if not torch.allclose(got, want, rtol=1e-5, atol=0.0):
+            worst = ((got - want).abs() / want.abs()).max().item()
+            raise AssertionError(
+                f"bench lora: at step {step} the compiled ensemble's losses {got.tolist()} "
+                f"differ from the eager ensemble's {want.tolist()} by {worst:.1e} relative "
+                "(allowed: 1e-5)"
+            )
+
+
+def _ensemble_rows(batch: int, repeat: int, number: int) -> list[list]:
     members = 4
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, 161, (members, batch, 64), generator=g)
@@ -119,30 +192,33 @@ def _ensemble_row(batch: int, repeat: int, number: int) -> list:
     models = _seed_models(members)
     ensemble = Ensemble(models, sdpa=True)  # as gaugelab lora finetune builds it
     assert ensemble.shared_names, "the seeds' frozen base should be shared"
-    joint = make_optimizer("adamw", [p for p in ensemble.parameters() if p.requires_grad],
-                           lr=1e-3, weight_decay=0.0, member_dims=1)  # fmt: skip
+    compiled = Ensemble(models, sdpa=True, compile=True)  # the same, through torch.compile
     loop = [copy.deepcopy(m) for m in models]
-    single = [make_optimizer("adamw", [p for p in m.parameters() if p.requires_grad], lr=1e-3,
-                             weight_decay=0.0) for m in loop]  # fmt: skip
-
-    def ensemble_step() -> None:
-        joint.zero_grad(set_to_none=True)
-        logits = ensemble(x, member_inputs=True)  # [E, B, T, V]
-        loss = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
-        loss.view(members, -1).mean(dim=1).sum().backward()
-        joint.step()
-
-    def loop_step() -> None:
-        for e, (model, opt) in enumerate(zip(loop, single, strict=True)):
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x[e]).flatten(0, 1), y[e].flatten()).backward()
-            opt.step()
-
-    times = time_calls({"ensemble": ensemble_step, "loop": loop_step}, number=number,
-                       repeat=repeat)  # fmt: skip
-    return [f"E = 4 LoRA seeds (r = 4), batch {batch} × 64, one AdamW step", "Ensemble (vmap)",
-            times["ensemble"].cell(digits=1), "per-seed loop", times["loop"].cell(digits=1),
-            ratio_cell(times["loop"], times["ensemble"]), "≥ 1.5×", "—", "—"]  # fmt: skip
+    compiled_loop = [_CompiledModel(m) for m in models]
+    steps = {"ensemble": _ensemble_step(ensemble, x, y),
+             "compiled": _ensemble_step(compiled, x, y),
+             "loop": _loop_step(loop, x, y),
+             "compiled loop": _loop_step(compiled_loop, x, y)}  # fmt: skip
+    first, warm = {}, {}  # the first step of each side: compilation happens here, untimed
+    for name, fn in steps.items():
+        start = time.perf_counter()
+        first[name] = fn()
+        warm[name] = time.perf_counter() - start
+    _check_compiled(steps["ensemble"], steps["compiled"], (first["ensemble"], first["compiled"]))
+    times = time_calls(steps, number=number, repeat=repeat)
+    case = f"E = 4 LoRA seeds (r = 4), batch {batch} × 64, one AdamW step"
+    loop_cell = times["loop"].cell(digits=1)
+    compiled_name = f"Ensemble (vmap), compiled (first step {warm['compiled']:.0f} s)"
+    return [
+        [case, "Ensemble (vmap)", times["ensemble"].cell(digits=1), "per-seed loop", loop_cell,
+         ratio_cell(times["loop"], times["ensemble"]), "≥ 1.5×", "—", "—"],
+        [case, compiled_name, times["compiled"].cell(digits=1), "per-seed loop", loop_cell,
+         ratio_cell(times["loop"], times["compiled"]), "≥ 1.5×", "—", "—"],
+        [case, compiled_name, times["compiled"].cell(digits=1),
+         f"per-seed loop, each model compiled (first step {warm['compiled loop']:.0f} s)",
+         times["compiled loop"].cell(digits=1),
+         ratio_cell(times["compiled loop"], times["compiled"]), "—", "—", "—"],
+    ]  # fmt: skip
 
 
 def run(*, quick: bool = False, progress=None) -> list[list]:
@@ -154,7 +230,7 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
         progress.advance(task)
     with deterministic():
         for batch in batches:
-            rows.append(_ensemble_row(batch, repeat=3 if quick else 5, number=2 if quick else 5))
+            rows += _ensemble_rows(batch, repeat=3 if quick else 5, number=2 if quick else 5)
             if progress:
                 progress.advance(task)
     return rows
