@@ -66,9 +66,12 @@ def test_check_reports_a_bad_target_in_one_line_with_exit_code_2(workdir, target
 def test_ctrl_c_stops_a_long_check_with_one_line_and_exit_code_130(workdir):
     import signal
 
+    # 5000 steps: long enough on any machine that the Ctrl-C lands mid-check (the default 10
+    # steps can finish before the first periodic progress line on an idle machine)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     process = subprocess.Popen(
-        [str(GAUGELAB), "check", "adam", "--problem", "attention"], cwd=workdir, env=env,
+        [str(GAUGELAB), "check", "adam", "--problem", "attention", "--steps", "5000"],
+        cwd=workdir, env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
