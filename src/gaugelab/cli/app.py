@@ -33,8 +33,6 @@ app = typer.Typer(
 )
 
 
-
-
 def _version(show: bool) -> None:
     if show:
         try:

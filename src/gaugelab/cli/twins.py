@@ -78,9 +78,7 @@ def twins(
     task: Annotated[str, typer.Option(help="modular (mod-47 addition) or text.")] = "modular",
     text: Annotated[
         Path | None,
-        typer.Option(
-            help="UTF-8 text for --task text (default: the packaged tiny-shakespeare)."
-        ),
+        typer.Option(help="UTF-8 text for --task text (default: the packaged tiny-shakespeare)."),
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Minibatch size of --task text.")] = 32,
     threads: Annotated[

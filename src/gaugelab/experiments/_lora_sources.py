@@ -66,6 +66,9 @@ def _pretrain_of(store: RunStore | None, identity: str) -> PretrainSpec | None:
 
 
 def resolve_path(path: Path, store: RunStore | None) -> Source:
+    """The source of an adapter folder: its factors, and its pretrain run when the adapter's
+    ``base_model_name_or_path`` names one completed in ``store`` (else why the ladder is
+    not computed)."""
     adapter = Adapter.load(path)
     found = _from_adapter(adapter, str(path), store)
     name = adapter.config.base_model_name_or_path or ""
@@ -115,6 +118,11 @@ def candidate_run(store: RunStore, label: str, study: str | None) -> str:
 
 
 def resolve_run(store: RunStore, prefix: str, seed: int | None) -> Source:
+    """The source of a stored fine-tuning run (id prefix), for ``seed`` (default its first).
+
+    Raises:
+        ValueError: not a fine-tuning run, not completed, or a seed it did not train.
+    """
     row = store.run(prefix)
     if row.kind != FinetuneSpec.kind:
         raise ValueError(

@@ -252,6 +252,11 @@ def zero_factor_of(A: torch.Tensor, B: torch.Tensor) -> str:
 
 
 def given_factors(name, factors, r, d_in, d_out, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """User-given ``(A [r, d_in], B [d_out, r])`` for layer ``name``, checked (shapes, dtype).
+
+    Raises:
+        ValueError: not a pair, a wrong shape or dtype (naming the factor and the layer).
+    """
     try:
         A, B = factors
     except (TypeError, ValueError):

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 
 
 def compile_pattern(owner: str, argument: str, pattern: str) -> re.Pattern[str]:
+    """``re.compile(pattern)``; an invalid regex is a ValueError naming ``owner`` and
+    ``argument``."""
     try:
         return re.compile(pattern)
     except re.error as e:
@@ -61,6 +63,12 @@ def pattern_key(patterns: Sequence[str] | Mapping[str, object], key: str) -> str
 
 
 def check_patterns(rank_pattern, alpha_pattern) -> tuple[dict, dict]:
+    """``rank_pattern`` / ``alpha_pattern`` as dicts, each value checked (ranks int ≥ 1,
+    alphas finite) and each key a valid regex.
+
+    Raises:
+        ValueError: naming the pattern, the key and the value.
+    """
     rank_pattern, alpha_pattern = dict(rank_pattern or {}), dict(alpha_pattern or {})
     for key, value in rank_pattern.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

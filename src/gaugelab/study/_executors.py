@@ -132,6 +132,7 @@ def cancelled(store_path: str, identities: list[str]) -> list[Outcome]:
 
 
 def set_threads(threads: int | None) -> None:
+    """``torch.set_num_threads(threads)`` in this worker (``None``: leave torch's default)."""
     if threads is not None:
         import torch
 
