@@ -260,3 +260,14 @@ def test_resuming_from_a_corrupt_checkpoint_names_the_file_and_the_run(tmp_path,
     with pytest.raises(StoreError, match=re.escape(run.identity[:12])) as info:
         _train(spec, run)
     assert path.stem in str(info.value) and "adam" in str(info.value)
+
+
+def test_a_rejected_checkpoint_is_one_line_naming_the_run_and_why():
+    from gaugelab.experiments._study import StudyOutcome
+    from gaugelab.study.runner import Outcome
+    from gaugelab.study.sweep import SweepResult
+
+    why = "checkpoints/step-00000050.json: sha256 differs from the store's record"
+    sweep = SweepResult(outcomes=[Outcome("ab" * 32, 2, "completed", checkpoint_rejected=why)])
+    outcome = StudyOutcome(study="s", result=None, sweep=sweep, report=None)
+    assert outcome.resumed_lines() == [f"run {'ab' * 6} started again from step 0: {why}"]

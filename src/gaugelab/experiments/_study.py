@@ -45,12 +45,15 @@ class StudyOutcome(Generic[R]):
     report: Path | None
 
     def resumed_lines(self) -> list[str]:
-        """One line per run that resumed from a checkpoint, and per completed run executed
+        """One line per run that resumed from a checkpoint, per run whose checkpoint failed
+        verification and was set aside (it started from step 0), and per completed run executed
         again because a file it had written failed verification (naming the file)."""
         lines = [
             f"run {identity[:12]} resumed from its checkpoint at step {step}"
             for identity, step in self.sweep.resumed.items()
         ]
+        for identity, why in self.sweep.restarted.items():
+            lines.append(f"run {identity[:12]} started again from step 0: {why}")
         for identity, why in self.sweep.reexecuted.items():
             lines.append(f"run {identity[:12]} executed again: {why}")
         return lines
