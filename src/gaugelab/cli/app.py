@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from gaugelab.cli import bench, check, lora, optimizers, runs, twins, zoo
+from gaugelab.cli import bench, check, intrinsic, lora, optimizers, runs, twins, zoo
 from gaugelab.cli._errors import guarded
 
 app = typer.Typer(
@@ -68,6 +68,7 @@ twins.register(app)
 lora.register(app)
 runs.register(app)
 zoo.register(app)
+intrinsic.register(app)
 _guard_every_command(app)
 
 

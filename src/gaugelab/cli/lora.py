@@ -23,6 +23,7 @@ from gaugelab.cli._console import (
     wide_console,
     working,
 )
+from gaugelab.cli import lora_compare, lora_kernel, lora_twins
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.experiments._study import ArtifactError
 from gaugelab.experiments.lora import (
@@ -238,6 +239,9 @@ def inspect(
 
 lora_app.command("finetune")(guarded(finetune))
 lora_app.command("inspect")(guarded(inspect))
+lora_compare.register(lora_app)
+lora_twins.register(lora_app)
+lora_kernel.register(lora_app)
 
 
 def register(app: typer.Typer) -> None:

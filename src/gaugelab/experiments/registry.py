@@ -10,23 +10,29 @@ a run whose files changed after it wrote them is reported as ``unverified``, and
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from gaugelab.experiments import dial, lora, twins, zoo
 from gaugelab.experiments._study import UNVERIFIED, study_row
 from gaugelab.study.store import RunStore
 from gaugelab.study.summary import write_study_report
 
-EXPERIMENTS: dict[str, ModuleType] = {
-    "zoo": zoo,
-    "dial": dial,
-    "twins": twins,
-    "lora-finetune": lora,
+EXPERIMENTS: dict[str, str] = {
+    "zoo": "gaugelab.experiments.zoo",
+    "dial": "gaugelab.experiments.dial",
+    "twins": "gaugelab.experiments.twins",
+    "lora-finetune": "gaugelab.experiments.lora",
 }
-"""Study kind → the experiment module (``collect``, ``tables``, ``report``)."""
+"""Study kind → the experiment module (``collect``, ``tables``, ``report``), imported on use."""
+
+
+def experiment_module(kind: str | None) -> ModuleType | None:
+    """The experiment module of study kind ``kind`` (imported now), or None for another kind."""
+    name = EXPERIMENTS.get(kind or "")
+    return None if name is None else importlib.import_module(name)
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ def report_study(store: RunStore, study: str, out_dir: str | os.PathLike[str]) -
         FileExistsError: ``out_dir`` already holds a report or figures; nothing is written.
     """
     kind = study_row(store, study).kind
-    experiment = EXPERIMENTS.get(kind or "")
+    experiment = experiment_module(kind)
     if experiment is None:
         return WrittenReport(write_study_report(store, study, out_dir))
     folder = Path(out_dir)

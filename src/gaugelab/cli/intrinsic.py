@@ -1,0 +1,13 @@
+"""`gaugelab intrinsic-dim`: the d90 intrinsic-dimension protocol.
+
+Heavy imports (torch, the experiments) happen inside the command functions, so that
+``gaugelab --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(group: typer.Typer) -> None:
+    """Add this module's commands to ``group`` (none registered yet)."""

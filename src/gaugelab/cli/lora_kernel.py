@@ -1,0 +1,13 @@
+"""`gaugelab lora kernel`: kernel diagnostics on the three matched LoRA paths.
+
+Heavy imports (torch, the experiments) happen inside the command functions, so that
+``gaugelab --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(group: typer.Typer) -> None:
+    """Add this module's commands to ``group`` (none registered yet)."""
