@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gaugelab.cli import lora_compare, lora_kernel, lora_twins
 from gaugelab.cli._console import (
     print_outcome,
     rich_table,
@@ -23,7 +24,6 @@ from gaugelab.cli._console import (
     wide_console,
     working,
 )
-from gaugelab.cli import lora_compare, lora_kernel, lora_twins
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.experiments._study import ArtifactError
 from gaugelab.experiments.lora import (

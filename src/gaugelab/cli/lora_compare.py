@@ -1,4 +1,4 @@
-"""`gaugelab lora compare` and `gaugelab lora compose`: subspace similarity and static composition of adapters.
+"""`gaugelab lora compare` and `gaugelab lora compose`: subspace similarity and composition.
 
 Heavy imports (torch, the experiments) happen inside the command functions, so that
 ``gaugelab --help`` stays fast.
