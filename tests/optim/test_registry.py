@@ -14,11 +14,13 @@ from gaugelab.optim import (
     make_optimizer,
 )
 
-ORTHOGONALLY_EQUIVARIANT = {"gd", "heavy-ball", "nesterov", "scalar-adam", "muon", "shampoo"}
+ORTHOGONALLY_EQUIVARIANT = {
+    "gd", "heavy-ball", "nesterov", "scalar-adam", "muon", "shampoo", "scaled-gd",
+}  # fmt: skip
 
 
-def params():
-    return [torch.zeros(3, 2, dtype=torch.float64, requires_grad=True)]
+def params():  # a factor pair (U, V): scaled-gd preconditions each factor by the other
+    return [torch.zeros(3, 2, dtype=torch.float64, requires_grad=True) for _ in range(2)]
 
 
 def test_make_optimizer_rejects_an_unknown_rule_and_lists_the_known_ones():

@@ -90,7 +90,8 @@ def resolve_target(optimizer, hyper: dict) -> tuple[str, type | None, Factory]:
                 f"check_equivariance: unknown optimizer {optimizer!r}; known rules: {known}; "
                 f"or give a class as 'package.module:Class'"
             )
-        make_optimizer(optimizer, [torch.zeros(2, 2, requires_grad=True)], **hyper)  # validate
+        probe = [torch.zeros(2, 2, requires_grad=True) for _ in range(2)]  # a factor pair
+        make_optimizer(optimizer, probe, **hyper)  # validates the hyperparameters
         return optimizer, None, lambda params: make_optimizer(optimizer, params, **hyper)
     target = repr(optimizer)  # 'myopts:MyOpt', or the object given
     if isinstance(optimizer, str):

@@ -22,6 +22,7 @@ from gaugelab.optim.registry import (
     get_rule,
     make_optimizer,
 )
+from gaugelab.optim.scaled_gd import ScaledGD
 from gaugelab.optim.sgd import GD, HeavyBall, Nesterov
 from gaugelab.optim.shampoo import Shampoo
 from gaugelab.optim.sign import Lion, SignSGD, Signum
@@ -46,6 +47,7 @@ __all__ = [
     "RMSprop",
     "Rule",
     "ScalarAdam",
+    "ScaledGD",
     "Shampoo",
     "SignSGD",
     "Signum",

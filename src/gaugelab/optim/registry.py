@@ -11,6 +11,7 @@ from gaugelab.optim.adafactor import Adafactor
 from gaugelab.optim.adam import Adam, AdamW, RMSprop
 from gaugelab.optim.adam_p import AdamP, ScalarAdam
 from gaugelab.optim.muon import Muon
+from gaugelab.optim.scaled_gd import ScaledGD
 from gaugelab.optim.sgd import GD, HeavyBall, Nesterov
 from gaugelab.optim.shampoo import Shampoo
 from gaugelab.optim.sign import Lion, SignSGD, Signum
@@ -28,6 +29,11 @@ _ENTRYWISE = "singh2026lossbasis, Prop. 4.3 (nonlinear entrywise first step)"
 _ADAM = "singh2026lossbasis, Props. 4.3-4.4 (first-step Adam defect)"
 _ADAFACTOR = "singh2026lossbasis, App. B.4 (factored statistics, checked separately)"
 _DIAL = "singh2026lossbasis, §7 (the Adam-p dial: equivariant only at p = 0)"
+_SCALED_GD = (
+    "tong2021accelerating (ScaledGD); zhang2024riemannian (its LoRA form); "
+    "singh2026lossbasis, Remark 4.7 and App. D.10: G_U (VᵀV)⁻¹ ↦ G_U (VᵀV)⁻¹ M under "
+    "(U M, V M⁻ᵀ); the damping λI moves only when M is orthogonal (λ ∝ trace)"
+)
 _SIGNED = (
     "signed permutations map coordinates to coordinates: odd entrywise maps and entrywise "
     "statistics of G² commute with them (and they are a subgroup of O(k))"
@@ -127,6 +133,16 @@ _RULES = [
         "p ← p − η m̂/((√v̂ + ε)^p (√mean v̂ + ε)^(1−p))",
         _claims(Claim(BREAKS, _DIAL, note="equivariant at p = 0 with mean='rms'")),
     ),
+    Rule(
+        "scaled-gd",
+        ScaledGD,
+        "U ← U − η G_U (VᵀV + λI)⁻¹, V ← V − η G_V (UᵀU + λI)⁻¹",
+        {
+            "orthogonal": Claim(EQUIVARIANT, _SCALED_GD),
+            "signed-permutation": Claim(EQUIVARIANT, _SIGNED),
+            "general-linear": Claim(BREAKS, _SCALED_GD, note="equivariant with damping=0"),
+        },
+    ),
     Rule("muon", Muon, "b ← μb + G; p ← p − η msign(b)", _claims(Claim(EQUIVARIANT, _MUON))),
     Rule(
         "shampoo",
@@ -188,7 +204,8 @@ def claim(name: str, group: str, **hyper) -> Claim:
     """The claimed property of rule ``name`` under ``group`` at the given hyperparameters.
 
     Differs from ``CLAIMS[name][group]`` only where a hyperparameter changes the claim
-    (Adam-p at ``p = 0`` with the RMS mean is orthogonally equivariant).
+    (Adam-p at ``p = 0`` with the RMS mean is orthogonally equivariant; scaled-gd with
+    ``damping=0`` is equivariant under the general linear group).
 
     Raises:
         ValueError: unknown rule or group.
@@ -202,4 +219,8 @@ def claim(name: str, group: str, **hyper) -> Claim:
         mean = hyper.get("mean", defaults["mean"])
         if p == 0 and mean == "rms":
             return Claim(EQUIVARIANT, _SCALAR, note="p = 0 with mean='rms' is scalar-adam")
+    if name == "scaled-gd" and group == "general-linear":
+        damping = hyper.get("damping", rule.hyperparameters()["damping"])
+        if not isinstance(damping, str) and float(damping) == 0:
+            return Claim(EQUIVARIANT, _SCALED_GD, note="damping=0: undamped ScaledGD")
     return rule.claims[group]
