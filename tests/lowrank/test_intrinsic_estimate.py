@@ -1,0 +1,151 @@
+"""Tests for the d90 rule of gaugelab.lowrank.intrinsic (seed 003 §0x02F–K): thresholds, the
+quality transform, crossing, bracket and censoring, no cumulative maximum, failed seeds kept, and
+the synthetic DID/SAID score table (fixture 2.4 of the seed map)."""
+
+import math
+
+import pytest
+
+from gaugelab.lowrank.intrinsic import (
+    GridCrossing,
+    QualityTransform,
+    ThresholdRule,
+    TrialRecord,
+    classify_grid_crossing,
+    estimate_from_records,
+    historical_threshold,
+    normalized_gain,
+    normalized_gain_threshold,
+)
+
+BASE, FULL = 0.600, 0.850
+DID = {4: 0.750, 6: 0.780, 8: 0.830}  # the seed's DID median scores
+SAID = {2: 0.600, 4: 0.770, 6: 0.810, 8: 0.840}  # the seed's SAID median scores
+SPREAD = (-0.02, 0.0, 0.05)  # three seeds around the median: the median is the table's value
+
+
+def _records(table):
+    out = []
+    for d, median in table.items():
+        for seed, offset in enumerate(SPREAD):
+            for lr, worse in ((0.1, 0.01), (0.01, 0.0)):  # the second lr is selected
+                score = median + offset - worse
+                out.append(TrialRecord(d, seed, {"lr": lr}, "completed", score, score))
+    return out
+
+
+def _estimate(table, rule, records=None):
+    return estimate_from_records(
+        records or _records(table),
+        grid=list(table),
+        seeds=[0, 1, 2],
+        full_score=FULL,
+        base_score=BASE,
+        rule=rule,
+    )
+
+
+def test_thresholds_of_the_synthetic_table():
+    assert math.isclose(historical_threshold(FULL), 0.765, abs_tol=1e-12)  # 0.9 · 0.850
+    assert math.isclose(normalized_gain_threshold(FULL, BASE), 0.825, abs_tol=1e-12)  # .6+.9·.25
+    assert math.isclose(historical_threshold(0.85), 0.765)  # 0.9 × 85% = 76.5%
+    # base 75%: reaching 76.5% captures a tenth of the full gain
+    assert math.isclose(normalized_gain(0.765, 0.75, 0.85), 0.15, abs_tol=1e-12)
+
+
+def test_synthetic_table_historical_threshold_did_6_said_4():
+    did = _estimate(DID, ThresholdRule("historical", 0.9))
+    said = _estimate(SAID, ThresholdRule("historical", 0.9))
+    assert [s.aggregate for s in did.summaries] == pytest.approx(list(DID.values()), abs=1e-12)
+    assert did.crossing == GridCrossing(
+        "crossed", 6, (4, 6), "d90 = 6 on the tested grid, bracket (4, 6]"
+    )
+    assert said.crossing.estimate == 4 and said.crossing.bracket == (2, 4)
+    assert all(s.selected[seed] == {"lr": 0.01} for s in did.summaries for seed in (0, 1, 2))
+
+
+def test_synthetic_table_normalized_gain_both_first_pass_at_8():
+    rule = ThresholdRule("normalized-gain", 0.9)
+    for table in (DID, SAID):
+        est = _estimate(table, rule)
+        assert est.crossing.state == "crossed" and est.crossing.estimate == 8
+        assert est.crossing.bracket == (6, 8)
+        assert math.isclose(est.target, 0.825, abs_tol=1e-12)
+
+
+def test_censoring_never_reports_d_min_or_d_max_as_the_estimate():
+    left = classify_grid_crossing([(4, 0.9), (6, 0.95)], target=0.8)
+    assert left.state == "left-censored" and left.estimate is None and left.bracket is None
+    assert left.statement.startswith("d90 <= 4")
+    right = classify_grid_crossing([(4, 0.5), (6, 0.6)], target=0.8)
+    assert right.state == "right-censored" and right.estimate is None
+    assert right.statement.startswith("d90 > 6 / unresolved")
+
+
+def test_no_cumulative_maximum_and_non_monotone_scores_kept():
+    scores = [(2, 0.5), (4, 0.81), (8, 0.79), (16, 0.85)]
+    crossing = classify_grid_crossing(scores, target=0.8)
+    assert crossing.estimate == 4 and crossing.bracket == (2, 4)
+    assert crossing.failing_after == (8,)  # a later unlucky subspace, reported as measured
+    dip = classify_grid_crossing([(2, 0.81), (4, 0.5)], target=0.8)
+    assert dip.state == "left-censored"  # the first tested d passes; 4 failing is not smoothed
+
+
+def test_failed_seeds_are_kept_and_never_selected():
+    records = _records(DID)
+    records.append(TrialRecord(6, 1, {"lr": 1.0}, "numerical_failure", message="loss nan"))
+    records = [r for r in records if not (r.d == 8 and r.seed == 2)]
+    records.append(TrialRecord(8, 2, {"lr": 0.1}, "numerical_failure", message="loss nan"))
+    est = _estimate(DID, ThresholdRule(), records)
+    assert len(est.records) == len(records)  # append-only: the failures are in the raw table
+    eight = est.summaries[-1]
+    assert eight.failed_seeds == [2] and set(eight.seed_scores) == {0, 1}
+    assert est.summaries[1].selected[1] == {"lr": 0.01}  # the failed lr=1.0 trial not chosen
+
+
+def test_lower_is_better_metric_needs_a_quality_transform():
+    with pytest.raises(ValueError, match=r"0\.9 × a loss is meaningless"):
+        QualityTransform("cross-entropy", higher_is_better=False)
+    nll = QualityTransform("cross-entropy", False, "exp(-x)", lambda x: math.exp(-x))
+    assert math.isclose(historical_threshold(0.5, transform=nll), 0.9 * math.exp(-0.5))
+    with pytest.raises(ValueError, match="quality"):
+        historical_threshold(-0.3)  # a signed score cannot be scaled by a ratio
+
+
+def test_result_carries_the_envelope_of_0x02k():
+    est = _estimate(DID, ThresholdRule())
+    fields = est.as_dict()
+    for key in (
+        "records",
+        "seeds",
+        "budget",
+        "metric",
+        "full_score",
+        "base_score",
+        "threshold",
+        "aggregator",
+        "selection",
+        "crossing",
+        "projections",
+        "ledger",
+        "meaning",
+        "non_implications",
+    ):
+        assert key in fields
+    assert fields["crossing"]["state"] == "crossed" and len(est.non_implications) == 7
+    assert "upper-bound" in est.meaning
+
+
+def test_bad_declarations_are_rejected():
+    with pytest.raises(ValueError, match="aggregator"):
+        estimate_from_records(
+            [], grid=[4], seeds=[0], full_score=FULL, base_score=BASE, aggregator="best"
+        )
+    with pytest.raises(ValueError, match="outside the declared grid"):
+        estimate_from_records(
+            _records({5: 0.8}), grid=[4], seeds=[0, 1, 2], full_score=FULL, base_score=BASE
+        )
+    with pytest.raises(ValueError, match="kind"):
+        ThresholdRule("cumulative-max")
+    with pytest.raises(ValueError, match="repeated d"):
+        classify_grid_crossing([(4, 0.5), (4, 0.6)], 0.5)
