@@ -196,11 +196,18 @@ class Matrix:
             raise TypeError(f"Matrix @: other operand is {type(other).__name__}, not Matrix")
         if self.shape[1] != other.shape[0]:
             raise ValueError(f"Matrix @: shapes {self.shape} and {other.shape} do not chain")
-        cols = other.T._rows
-        rows = tuple(
-            tuple(sum((a * b for a, b in zip(r, c, strict=True)), Fraction(0)) for c in cols)
-            for r in self._rows
-        )
+        n, zero = other.shape[1], Fraction(0)
+        orows = other._rows
+        rows = []
+        for r in self._rows:  # skip zero entries: the seed's fixtures are sparse
+            acc = [zero] * n
+            for k, a in enumerate(r):
+                if a:
+                    for j, b in enumerate(orows[k]):
+                        if b:
+                            acc[j] += a * b
+            rows.append(tuple(acc))
+        rows = tuple(rows)
         return Matrix._raw(rows, (self.shape[0], other.shape[1]))
 
     def __abs__(self) -> Matrix:

@@ -1,0 +1,451 @@
+"""The geometry of one LoRA update: the factor map ``φ(B, A) = B A``, its differential and
+adjoint, the infinitesimal gauge, the fixed-rank dimension and the tangent / normal projectors.
+
+How many locally distinct matrix directions does ``B ∈ ℝ^{m×r}``, ``A ∈ ℝ^{r×n}`` represent,
+and which factor changes leave ``B A`` unchanged (seed 003 §0x03)? The differential is
+``Dφ(Ḃ, Ȧ) = Ḃ A + B Ȧ``, its Frobenius adjoint ``Dφ*(G) = (G Aᵀ, Bᵀ G)``; its kernel at
+full-rank factors is spanned by the ``r²`` gauge directions ``(B K, −K A)``, so its rank is
+``r(m + n − r)``, the dimension of the rank-``r`` manifold.
+
+**The declared flattening** (§0x03E; every Jacobian here uses it): the factor vector
+``[m r + r n]`` is ``vec_row(Ḃ)`` then ``vec_row(Ȧ)``; the ambient vector ``[m n]`` is
+``vec_row(Ẇ)``; the Jacobian ``[m n, m r + r n]`` has one column per factor coordinate. In
+that order ``J = [I_m ⊗ Aᵀ | B ⊗ I_n]``. Changing any one order changes ``J`` although every
+shape still fits — :mod:`gaugelab.lowrank._geometry_oracle` lists such single mutations and
+the checks that reject each.
+
+Operands are exact :class:`~gaugelab.lowrank._rational.Matrix` (ranks by fraction-free
+elimination, no tolerance) or 2-D floating tensors (ranks by SVD with a stated tolerance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ._dynamics_common import Operand, chain, mode
+from ._rational import Matrix
+
+__all__ = [
+    "FixedRankDimension",
+    "JacobianRank",
+    "exact_rank",
+    "factor_map_adjoint",
+    "factor_map_differential",
+    "factor_map_jacobian",
+    "fixed_rank_dimension",
+    "flatten_factors",
+    "gauge_directions",
+    "is_normal",
+    "jacobian_rank",
+    "normal_project",
+    "normal_projector_operator",
+    "numerical_rank",
+    "orthogonal_projectors",
+    "tangent_project",
+    "tangent_projector_operator",
+    "unflatten_factors",
+]
+
+
+def _two_d(where: str, **xs: object) -> bool:
+    exact = mode(where, **xs)
+    for name, x in xs.items():
+        if not exact and x.dim() != 2:  # type: ignore[union-attr]
+            raise ValueError(f"{where}: {name} has shape {tuple(x.shape)}; allowed: a 2-D matrix")  # type: ignore[union-attr]
+    return exact
+
+
+def flatten_factors(dB: Operand, dA: Operand) -> Operand:
+    """The declared factor vector: ``vec_row(Ḃ)`` then ``vec_row(Ȧ)``.
+
+    Args:
+        dB: ``[m, r]``; dA: ``[r, n]``.
+
+    Returns:
+        A ``[m r + r n, 1]`` Matrix column, or a ``[m r + r n]`` tensor.
+
+    Source: seed 003 §0x03E (the flattening contract).
+    """
+    if _two_d("flatten_factors", dB=dB, dA=dA):
+        return Matrix.column(dB.flatten() + dA.flatten())  # type: ignore[union-attr]
+    return torch.cat([dB.reshape(-1), dA.reshape(-1)])  # torch is row-major
+
+
+def unflatten_factors(vector: Operand, m: int, r: int, n: int) -> tuple[Operand, Operand]:
+    """The inverse of :func:`flatten_factors`: ``(Ḃ [m, r], Ȧ [r, n])``.
+
+    Raises:
+        ValueError: ``vector`` does not hold ``m r + r n`` entries.
+    """
+    size = m * r + r * n
+    if isinstance(vector, Matrix):
+        flat = vector.flatten()
+        if len(flat) != size:
+            raise ValueError(f"unflatten_factors: {len(flat)} entries; allowed: m*r + r*n = {size}")
+        return Matrix.column(flat[: m * r]).reshape(m, r), Matrix.column(flat[m * r :]).reshape(
+            r, n
+        )
+    if vector.numel() != size:
+        raise ValueError(
+            f"unflatten_factors: {vector.numel()} entries; allowed: m*r + r*n = {size}"
+        )
+    flat = vector.reshape(-1)
+    return flat[: m * r].reshape(m, r), flat[m * r :].reshape(r, n)
+
+
+def factor_map_differential(B: Operand, A: Operand, dB: Operand, dA: Operand) -> Operand:
+    """``Dφ_{B,A}(Ḃ, Ȧ) = Ḃ A + B Ȧ`` — the first-order change of ``B A``; the quadratic
+    remainder ``t² Ḃ Ȧ`` is why the feasible set is not one linear subspace.
+
+    Args:
+        B: ``[m, r]``; A: ``[r, n]``; dB: ``[m, r]``; dA: ``[r, n]``.
+
+    Returns:
+        ``[m, n]``.
+
+    Raises:
+        ValueError: shapes that do not match; TypeError: mixed exact / tensor operands.
+
+    Source: seed 003 §0x03E.
+    """
+    _two_d("factor_map_differential", B=B, A=A, dB=dB, dA=dA)
+    chain("factor_map_differential", B, A)
+    if tuple(dB.shape) != tuple(B.shape) or tuple(dA.shape) != tuple(A.shape):
+        raise ValueError(
+            f"factor_map_differential: dB {tuple(dB.shape)}, dA {tuple(dA.shape)}; allowed: the "
+            f"shapes of B {tuple(B.shape)} and A {tuple(A.shape)}"
+        )
+    return dB @ A + B @ dA
+
+
+def factor_map_adjoint(B: Operand, A: Operand, G: Operand) -> tuple[Operand, Operand]:
+    """The Frobenius adjoint ``Dφ*(G) = (G Aᵀ, Bᵀ G)``:
+    ``⟨G, Ḃ A + B Ȧ⟩_F = ⟨G Aᵀ, Ḃ⟩_F + ⟨Bᵀ G, Ȧ⟩_F``.
+
+    Args:
+        B: ``[m, r]``; A: ``[r, n]``; G: ``[m, n]`` ambient probe.
+
+    Returns:
+        ``([m, r], [r, n])``; in the declared flattening, ``flatten_factors(*Dφ*(G)) =
+        Jᵀ vec_row(G)``.
+
+    Source: seed 003 §0x03E (an executable transpose check).
+    """
+    _two_d("factor_map_adjoint", B=B, A=A, G=G)
+    chain("factor_map_adjoint", B, A, G)
+    return G @ A.T, B.T @ G
+
+
+def factor_map_jacobian(B: Operand, A: Operand) -> Operand:
+    """The Jacobian ``J_φ [m n, m r + r n]`` of ``φ`` at ``(B, A)`` in the declared flattening.
+
+    Exact operands: built column by column as the seed's oracle does (row-major ``B``
+    coordinates first, then row-major ``A`` coordinates; each column ``vec_row(Ḃ A + B Ȧ)``
+    of a basis perturbation). Tensors: the closed form ``[I_m ⊗ Aᵀ | B ⊗ I_n]``.
+
+    Args:
+        B: ``[m, r]``; A: ``[r, n]``.
+
+    Returns:
+        ``[m n, m r + r n]`` (Matrix or tensor in ``A``'s dtype).
+
+    Source: seed 003 §0x03E, §0x03L (``factor_map_jacobian``).
+    """
+    exact = _two_d("factor_map_jacobian", B=B, A=A)
+    chain("factor_map_jacobian", B, A)
+    (m, r), n = tuple(B.shape), tuple(A.shape)[1]
+    if not exact:
+        eye_m = torch.eye(m, dtype=A.dtype, device=A.device)
+        eye_n = torch.eye(n, dtype=A.dtype, device=A.device)
+        return torch.cat(
+            [torch.kron(eye_m, A.T.contiguous()), torch.kron(B.contiguous(), eye_n)], dim=1
+        )
+    columns = [(Matrix.unit(m, r, i, j) @ A).flatten() for i in range(m) for j in range(r)]
+    columns += [(B @ Matrix.unit(r, n, i, j)).flatten() for i in range(r) for j in range(n)]
+    return Matrix.from_columns(columns)
+
+
+def gauge_directions(B: Operand, A: Operand) -> Operand:
+    """The infinitesimal gauge directions ``(B K, −K A)`` for the elementary ``K = E_ij``
+    (row-major order of ``(i, j)``), flattened: ``[m r + r n, r²]``, one column each.
+
+    They lie in ``ker Dφ`` (``B K A − B K A = 0``); at full-rank factors they span it.
+
+    Source: seed 003 §0x03F.
+    """
+    exact = _two_d("gauge_directions", B=B, A=A)
+    chain("gauge_directions", B, A)
+    r = tuple(B.shape)[1]
+    columns = []
+    for i in range(r):
+        for j in range(r):
+            if exact:
+                K = Matrix.unit(r, r, i, j)
+                columns.append(flatten_factors(B @ K, -(K @ A)).flatten())  # type: ignore[union-attr]
+            else:
+                K = torch.zeros(r, r, dtype=A.dtype, device=A.device)
+                K[i, j] = 1
+                columns.append(flatten_factors(B @ K, -(K @ A)))
+    return Matrix.from_columns(columns) if exact else torch.stack(columns, dim=1)
+
+
+def exact_rank(matrix: Matrix) -> int:
+    """The exact rank of a rational matrix by fraction-free (Bareiss) elimination — no
+    tolerance.
+
+    Raises:
+        TypeError: ``matrix`` is not a :class:`~gaugelab.lowrank._rational.Matrix` (use
+            :func:`numerical_rank` for floats, with a stated tolerance).
+
+    Source: seed 003 §0x03L ("exact rational elimination rather than a floating-point rank
+    tolerance"); Bareiss 1968.
+    """
+    if not isinstance(matrix, Matrix):
+        raise TypeError(
+            f"exact_rank: matrix is {type(matrix).__name__}; allowed: a gaugelab Matrix of "
+            "rationals (numerical_rank takes float tensors with a tolerance)"
+        )
+    return matrix.rank()
+
+
+def numerical_rank(matrix: torch.Tensor, tol: float | None = None) -> tuple[int, float]:
+    """The numerical rank ``#{σ_i > tol}`` of a float matrix, and the tolerance used.
+
+    Args:
+        matrix: ``[p, q]`` floating tensor, finite.
+        tol: absolute singular-value threshold; default ``max(p, q) · eps(dtype) · σ_max``
+            (numpy's ``matrix_rank`` rule).
+
+    Returns:
+        ``(rank, tol)``.
+
+    Raises:
+        ValueError: not 2-D / not floating / non-finite; ``tol < 0``.
+
+    Source: seed 003 §0x03L ("later empirical rank diagnostics must name their numerical
+    threshold separately").
+    """
+    _two_d("numerical_rank", matrix=matrix)
+    s = torch.linalg.svdvals(matrix)
+    if tol is None:
+        tol = (
+            max(matrix.shape) * torch.finfo(matrix.dtype).eps * (float(s[0]) if s.numel() else 0.0)
+        )
+    if tol < 0:
+        raise ValueError(f"numerical_rank: tol={tol!r}; allowed: tol >= 0")
+    return int((s > tol).sum()), float(tol)
+
+
+@dataclass(frozen=True)
+class JacobianRank:
+    """The rank of the factor-map Jacobian at one factor point.
+
+    Attributes:
+        rank, nullity: ``rank J`` and ``(m r + r n) − rank J``.
+        method: ``"exact"`` (fraction-free elimination) or ``"svd"``; tol: the SVD threshold
+            (``None`` when exact).
+    """
+
+    rank: int
+    nullity: int
+    method: str
+    tol: float | None
+
+
+def jacobian_rank(B: Operand, A: Operand, tol: float | None = None) -> JacobianRank:
+    """The number of first-order matrix directions available at ``(B, A)``: ``rank Dφ``.
+
+    ``r(m + n − r)`` at full-rank factors; ``m r`` at ``B = 0`` with full-row-rank ``A``
+    (all ``Ȧ`` directions vanish at first order — the local geometry of a zero-product start,
+    not a permanent confinement: once ``B`` moves the ``B Ȧ`` path opens).
+
+    Args:
+        B: ``[m, r]``; A: ``[r, n]``; tol: SVD threshold for tensors (see
+            :func:`numerical_rank`); must be ``None`` for exact operands.
+
+    Source: seed 003 §0x03F, §0x03J (``16`` → ``8`` on the 4×6, r = 2 fixture).
+    """
+    J = factor_map_jacobian(B, A)
+    cols = tuple(J.shape)[1]
+    if isinstance(J, Matrix):
+        if tol is not None:
+            raise ValueError("jacobian_rank: tol given for exact operands; allowed: tol=None")
+        rank = J.rank()
+        return JacobianRank(rank, cols - rank, "exact", None)
+    rank, used = numerical_rank(J, tol)
+    return JacobianRank(rank, cols - rank, "svd", used)
+
+
+@dataclass(frozen=True)
+class FixedRankDimension:
+    """``dim R_{=r}`` three ways, and the ambient ledger of seed 003 §0x03I.
+
+    Attributes:
+        m, n, r: shape and rank.
+        via_subspaces: ``r(m − r) + r(n − r) + r²`` (two Grassmannians and a core).
+        via_fibre: ``r(m + n) − r²`` (factor coordinates minus the ``GL(r)`` fibre).
+        via_jacobian: the exact rank of ``J_φ`` at the full-rank point
+            ``B = [I_r; 0]``, ``A = [I_r 0]``.
+        ambient, factor, gauge, normal: ``m n``, ``r(m + n)``, ``r²``, ``(m − r)(n − r)``.
+    """
+
+    m: int
+    n: int
+    r: int
+    via_subspaces: int
+    via_fibre: int
+    via_jacobian: int
+    ambient: int
+    factor: int
+    gauge: int
+    normal: int
+
+
+def fixed_rank_dimension(m: int, n: int, r: int) -> FixedRankDimension:
+    """The dimension ``r(m + n − r)`` of the rank-``r`` matrices ``R_{=r} ⊂ ℝ^{m×n}``, three
+    ways, with the ledger ``m n = r(m + n − r) + (m − r)(n − r)``.
+
+    Raises:
+        ValueError: not ``1 ≤ r ≤ min(m, n)``.
+
+    Source: seed 003 §0x03C, §0x03D, §0x03F, §0x03I; vandereycken2013lowrank.
+    """
+    for name, v in (("m", m), ("n", n), ("r", r)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"fixed_rank_dimension: {name}={v!r}; allowed: an integer >= 1")
+    if r > min(m, n):
+        raise ValueError(
+            f"fixed_rank_dimension: r={r} > min(m, n)={min(m, n)}; allowed: r <= min(m, n)"
+        )
+    B = Matrix([[1 if i == j else 0 for j in range(r)] for i in range(m)])
+    A = Matrix([[1 if i == j else 0 for j in range(n)] for i in range(r)])
+    return FixedRankDimension(
+        m,
+        n,
+        r,
+        r * (m - r) + r * (n - r) + r * r,
+        r * (m + n) - r * r,
+        jacobian_rank(B, A).rank,
+        m * n,
+        r * (m + n),
+        r * r,
+        (m - r) * (n - r),
+    )
+
+
+def orthogonal_projectors(B: Operand, A: Operand) -> tuple[Operand, Operand]:
+    """The orthogonal projectors onto ``col(B)`` and ``row(A)``:
+    ``P_U = B (BᵀB)⁻¹ Bᵀ`` ``[m, m]`` and ``P_V = Aᵀ (A Aᵀ)⁻¹ A`` ``[n, n]`` (exact for
+    rationals; ``U Uᵀ``, ``V Vᵀ`` of any orthonormal bases).
+
+    Raises:
+        ValueError: ``B`` lacks full column rank or ``A`` full row rank (exact operands; for
+            tensors ``torch.linalg.solve`` raises on a singular Gram).
+
+    Source: seed 003 §0x03H.
+    """
+    _two_d("orthogonal_projectors", B=B, A=A)
+    chain("orthogonal_projectors", B, A)
+    if isinstance(B, Matrix):
+        try:
+            return B @ (B.T @ B).inverse() @ B.T, A.T @ (A @ A.T).inverse() @ A
+        except ValueError as err:
+            raise ValueError(f"orthogonal_projectors: {err}; allowed: full-rank factors") from None
+    return B @ torch.linalg.solve(B.T @ B, B.T), A.T @ torch.linalg.solve(A @ A.T, A)
+
+
+def _check_orthonormal(where: str, **bases: Operand) -> None:
+    for name, X in bases.items():
+        k = tuple(X.shape)[1]
+        gram = X.T @ X
+        if isinstance(X, Matrix):
+            ok = gram == Matrix.identity(k)
+        else:
+            ok = bool(torch.allclose(gram, torch.eye(k, dtype=X.dtype), atol=1e-9, rtol=0))
+        if not ok:
+            raise ValueError(
+                f"{where}: {name} is not orthonormal ({name}ᵀ{name} ≠ I); "
+                "allowed: an orthonormal basis"
+            )
+
+
+def tangent_project(Z: Operand, U: Operand, V: Operand) -> Operand:
+    """The Frobenius-orthogonal projection onto ``T_W R_{=r}`` at ``W = U Σ Vᵀ``:
+    ``P_T(Z) = P_U Z + Z P_V − P_U Z P_V``.
+
+    Not one Euclidean SGD step in arbitrary factors (that depends on the factor gauge and the
+    optimizer metric).
+
+    Args:
+        Z: ``[m, n]``; U: ``[m, r]`` and V: ``[n, r]`` orthonormal bases of ``col(W)`` and
+            ``row(W)`` (checked exactly, or to 1e-9).
+
+    Source: seed 003 §0x03H, §0x03L (``tangent_project``).
+    """
+    _two_d("tangent_project", Z=Z, U=U, V=V)
+    _check_orthonormal("tangent_project", U=U, V=V)
+    PU, PV = U @ U.T, V @ V.T
+    return PU @ Z + Z @ PV - PU @ Z @ PV
+
+
+def normal_project(Z: Operand, U: Operand, V: Operand) -> Operand:
+    """The normal component ``P_N(Z) = (I − P_U) Z (I − P_V)``; ``Z = P_T(Z) + P_N(Z)``.
+
+    Args: as :func:`tangent_project`.
+
+    Source: seed 003 §0x03H, §0x03L (``normal_project``).
+    """
+    _two_d("normal_project", Z=Z, U=U, V=V)
+    _check_orthonormal("normal_project", U=U, V=V)
+    m, n = tuple(Z.shape)
+    if isinstance(Z, Matrix):
+        Im, In = Matrix.identity(m), Matrix.identity(n)
+    else:
+        Im, In = torch.eye(m, dtype=Z.dtype), torch.eye(n, dtype=Z.dtype)
+    return (Im - U @ U.T) @ Z @ (In - V @ V.T)
+
+
+def _operator(fn, Z_shape: tuple[int, int], exact: bool, dtype: torch.dtype | None) -> Operand:
+    m, n = Z_shape
+    columns = []
+    for i in range(m):
+        for j in range(n):
+            if exact:
+                columns.append(fn(Matrix.unit(m, n, i, j)).flatten())
+            else:
+                E = torch.zeros(m, n, dtype=dtype)
+                E[i, j] = 1
+                columns.append(fn(E).reshape(-1))
+    return Matrix.from_columns(columns) if exact else torch.stack(columns, dim=1)
+
+
+def tangent_projector_operator(U: Operand, V: Operand) -> Operand:
+    """``P_T`` as an ``[m n, m n]`` operator on ``vec_row`` (symmetric, idempotent, rank
+    ``r(m + n − r)``). Args: as :func:`tangent_project`. Source: seed 003 §0x03I."""
+    exact = _two_d("tangent_projector_operator", U=U, V=V)
+    shape = (next(iter(U.shape)), next(iter(V.shape)))
+    return _operator(lambda Z: tangent_project(Z, U, V), shape, exact, None if exact else U.dtype)
+
+
+def normal_projector_operator(U: Operand, V: Operand) -> Operand:
+    """``P_N`` as an ``[m n, m n]`` operator on ``vec_row`` (rank ``(m − r)(n − r)``).
+    Args: as :func:`tangent_project`. Source: seed 003 §0x03I."""
+    exact = _two_d("normal_projector_operator", U=U, V=V)
+    shape = (next(iter(U.shape)), next(iter(V.shape)))
+    return _operator(lambda Z: normal_project(Z, U, V), shape, exact, None if exact else U.dtype)
+
+
+def is_normal(B: Operand, A: Operand, N: Operand, atol: float = 1e-9) -> bool:
+    """Whether ``N`` is orthogonal to every ``Ḃ A + B Ȧ``: ``Bᵀ N = 0`` and ``N Aᵀ = 0``
+    (exactly for rationals; to ``atol`` in max-abs for tensors).
+
+    Source: seed 003 §0x03H (the normal space without an SVD).
+    """
+    _two_d("is_normal", B=B, A=A, N=N)
+    chain("is_normal", B, A, N)
+    left, right = B.T @ N, N @ A.T
+    if isinstance(left, Matrix):
+        return left.is_zero() and right.is_zero()
+    return bool(left.abs().max() <= atol) and bool(right.abs().max() <= atol)
