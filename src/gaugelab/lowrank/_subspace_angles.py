@@ -199,15 +199,18 @@ def principal_angles(
     residual = T - S @ cross  # [..., d, k_T]
     pad = torch.diag_embed(1.0 - keep_t)  # [..., k_T, k_T]
     sin_raw = torch.linalg.svdvals(torch.cat([residual, pad], dim=-2)).flip(-1)[..., :k]
-    cos_raw = sigma.clamp(0.0, 1.0)
-    theta = torch.atan2(sin_raw.clamp(0.0, 1.0), cos_raw)  # [..., k], non-decreasing
+    cos_raw, sin_raw = sigma.clamp(0.0, 1.0), sin_raw.clamp(0.0, 1.0)
+    theta = torch.atan2(sin_raw, cos_raw)  # [..., k], non-decreasing
+    h = torch.hypot(sin_raw, cos_raw)  # ≈ 1; normalising keeps exact 0 and 1 exact
+    h = torch.where(h > 0, h, 1.0)
+    cos_hat, sin_hat = cos_raw / h, sin_raw / h
     nan = torch.full_like(theta, math.nan)
     angles = torch.where(valid, theta, nan)
-    cosines = torch.where(valid, torch.cos(theta), nan)
-    sines = torch.where(valid, torch.sin(theta), nan)
+    cosines = torch.where(valid, cos_hat, nan)
+    sines = torch.where(valid, sin_hat, nan)
     zero = torch.zeros_like(theta)
-    mass = torch.where(valid, torch.cos(theta) ** 2, zero).sum(-1)
-    chordal = torch.where(valid, torch.sin(theta) ** 2, zero).sum(-1)
+    mass = torch.where(valid, cos_hat**2, zero).sum(-1)
+    chordal = torch.where(valid, sin_hat**2, zero).sum(-1)
     rs, rt, pf = r_s.to(Q_S.dtype), r_t.to(Q_S.dtype), p.to(Q_S.dtype)
     projector = (rs - pf) + (rt - pf) + 2 * chordal  # = r_S + r_T − 2M, accurate when small
 
