@@ -72,7 +72,7 @@ def warm_adapter(spec: LoraTwinSpec, model: Transformer, corpus: Any, stream: to
             raise NonFiniteError(f"lora twins: warm-up loss {loss.item()} at step {t + 1}")
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 

@@ -43,7 +43,7 @@ from gaugelab.experiments._lora_twins_spec import (
     quick_twin_spec,
 )
 from gaugelab.experiments._study import StudyOutcome, run_experiment
-from gaugelab.experiments.lora import _joined, plan_pretrain
+from gaugelab.experiments.lora import PretrainSpec, _joined, plan_pretrain
 from gaugelab.study.report import Table
 from gaugelab.study.sweep import Sweep, run_sweep
 
@@ -54,6 +54,7 @@ __all__ = [
     "LoraTwinRow",
     "LoraTwinSpec",
     "LoraTwinsResult",
+    "PretrainSpec",
     "collect",
     "distance_figure",
     "plan",
