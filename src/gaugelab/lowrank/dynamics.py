@@ -9,8 +9,8 @@ arithmetic — how the seed's fixtures are tested) or floating tensors ``[..., d
 ``[..., r, d_in]``, ``[..., d_out, d_in]`` with leading batch dims, never both at once.
 
 Orientation (PEFT's and the seed's): ``A ∈ ℝ^{r×d_in}`` (down), ``B ∈ ℝ^{d_out×r}`` (up),
-``Δ = s·B A``. The scalar-gauge, Adam, decay, rank-scaling and dtype ledgers are in
-:mod:`gaugelab.lowrank._dynamics_gauge` and re-exported here.
+``Δ = s·B A``. The scalar-gauge, Adam, decay and dtype ledgers live in ``_dynamics_gauge``, the
+rank-scaling ledger in ``_dynamics_rank``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -22,19 +22,21 @@ from typing import Literal
 from ._dynamics_common import Operand, chain, is_zero, mode, scalar
 from ._dynamics_gauge import (
     AdamStep,
-    RankLedgerRow,
     Representability,
     adam_first_step,
     balancing_gauge,
     compensated_rates,
     factor_penalty,
     gauge_is_representable,
-    initial_velocity_coefficient,
     product_penalty,
+    scalar_gauge,
+)
+from ._dynamics_rank import (
+    RankLedgerRow,
+    initial_velocity_coefficient,
     rank_ledger,
     rank_scaling_exponent,
     rank_stable_scale_exponent,
-    scalar_gauge,
 )
 
 __all__ = [
