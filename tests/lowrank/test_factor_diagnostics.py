@@ -168,7 +168,7 @@ def test_rebalance_preserves_the_product_and_refuses_a_gauge_outside_the_dtype_r
     torch.testing.assert_close((B @ A).detach(), product, rtol=0, atol=1e-13)
     B16 = torch.ones(2, 1, dtype=torch.float16)
     A16 = torch.ones(1, 2, dtype=torch.float16)
-    with pytest.raises(ValueError, match="not finite in torch.float16"):
+    with pytest.raises(ValueError, match=r"not finite in torch\.float16"):
         rebalance_factors(B16, A16, torch.tensor([[2.0**16]]))  # 65536 > 65504 (§0x08I)
     assert torch.equal(B16, torch.ones(2, 1, dtype=torch.float16))
 
