@@ -306,7 +306,8 @@ def run_lora_twin_phase(
         if run is not None:
             run.progress(spec.optimizer, step, spec.steps)
         if step in measured:
-            extra = {f"{n}/batch_loss": float(v) for n, v in zip(TWIN_NAMES, losses, strict=True)}
+            batch = losses.detach()
+            extra = {f"{n}/batch_loss": float(v) for n, v in zip(TWIN_NAMES, batch, strict=True)}
             tokens = (spec.warmup_steps + step) * spec.batch_size * block
             extra.update(
                 _diagnostics(
@@ -315,7 +316,7 @@ def run_lora_twin_phase(
                     previous,
                     spec.warmup_steps + step,
                     tokens,
-                    float(losses[0]),
+                    float(batch[0]),
                     spec,
                     scale,
                 )

@@ -1,0 +1,160 @@
+"""gaugelab.experiments.lora_twins: LoRA gauge twins on the character model (quick protocol)."""
+
+import pytest
+import torch
+
+from gaugelab.equivariance.verdicts import BASIS_SENSITIVE, EQUIVARIANT
+from gaugelab.experiments._lora_twins_train import CompensatedSGD, build_lora_twins
+from gaugelab.experiments.lora_twins import (
+    LORA_TWIN_OPTIMIZERS,
+    TWIN_NAMES,
+    LoraTwinSpec,
+    collect,
+    plan,
+    quick_twin_spec,
+    report,
+    run_lora_twins,
+)
+from gaugelab.models import Transformer, TransformerConfig
+from gaugelab.models.lora import inject_lora, lora_modules
+from gaugelab.study.store import RunStore
+
+F64 = torch.float64
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    store = tmp_path_factory.mktemp("lora-twins") / "store.sqlite"
+    outcome = run_lora_twins(quick_twin_spec(), store=store, write_report=False)
+    return store, outcome
+
+
+def rows(outcome):
+    return {r.optimizer: r for r in outcome.result.rows}
+
+
+def test_every_optimizer_completes_and_the_identity_twin_stays_exactly_at_the_base(study):
+    _, outcome = study
+    by = rows(outcome)
+    assert sorted(by) == sorted(LORA_TWIN_OPTIMIZERS) and not outcome.result.failures
+    for r in by.values():
+        steps, values = r.series("identity/logit_distance")
+        assert steps == [0, 1, 2, 6] and values == [0.0, 0.0, 0.0, 0.0]
+        assert r.at("identity/update_distance", 6) == 0.0
+        assert r.at("scalar/logit_distance", 0) == 0.0  # c = 2: (2B)(A/2) is exact
+        assert 0 < r.at("gauge/logit_distance", 0) < 1e-6  # GL: float32 round-off only
+
+
+def test_compensated_sgd_keeps_the_scalar_twin_exact_and_plain_sgd_does_not(study):
+    by = rows(study[1])
+    compensated, plain = by["sgd-compensated"], by["sgd"]
+    assert compensated.series("scalar/logit_distance")[1] == [0.0] * 4  # exact in floating point
+    assert compensated.verdicts["scalar"][0] == EQUIVARIANT
+    assert plain.verdicts["scalar"][0] == BASIS_SENSITIVE
+    assert compensated.verdicts["gauge"][0] == BASIS_SENSITIVE  # no rate compensates GL(r)
+
+
+def test_undamped_scaled_gd_is_at_the_noise_floor_and_adam_splits_at_step_one(study):
+    by = rows(study[1])
+    scaled = by["scaled-gd"]
+    assert scaled.verdicts["gauge"][0] == EQUIVARIANT
+    assert scaled.at("gauge/logit_distance", 1) <= 10 * scaled.at("noise/logit_distance", 1)
+    assert scaled.at("gauge/angle_max", 1) < 1e-2
+    for name in ("adam", "scalar-adam"):
+        assert by[name].verdicts["gauge"][0] == BASIS_SENSITIVE
+        assert by[name].verdicts["scalar"][0] == BASIS_SENSITIVE
+        assert by[name].at("gauge/logit_distance", 1) > 100 * by[name].at("noise/logit_distance", 1)
+
+
+def test_the_base_adapters_factor_diagnostics_are_logged_at_every_checkpoint(study):
+    store, outcome = study
+    run = rows(outcome)["sgd"].state.identity
+    with RunStore(store, create=False) as db:
+        names = {m.name for m in db.metrics(run)}
+        norm = db.metrics(run, name="diag/blocks.0.attn.q_proj/norm_B")
+        lr = db.metrics(run, name="diag/blocks.0.attn.q_proj/lr_A")
+    assert [m.step for m in norm] == [1, 2, 6] and all(m.value > 0 for m in norm)
+    assert {m.value for m in lr} == {0.5}
+    assert "diag/blocks.1.mlp.fc_out/update_change" in names
+    assert "diag/blocks.0.attn.q_proj/sigma/3" in names  # rank 4: four singular values
+
+
+def test_rerunning_reuses_the_stored_runs_and_the_report_is_written_once(study, tmp_path):
+    store, outcome = study
+    again = run_lora_twins(quick_twin_spec(), store=store, write_report=False)
+    assert len(again.sweep.skipped) == 1 + len(LORA_TWIN_OPTIMIZERS)  # pretrain + every twin run
+    with RunStore(store, create=False) as db:
+        result = collect(db, outcome.study)
+    path = report(result, tmp_path / "r")
+    assert path.name == "report.html" and (tmp_path / "r" / "twin_distances.png").exists()
+    assert "basis-sensitive" in path.read_text()
+    with pytest.raises(FileExistsError):
+        report(result, tmp_path / "r")
+
+
+def tiny(dtype=F64, seed=0):
+    config = TransformerConfig(n_layers=1, d_model=8, n_heads=2, d_head=4, d_mlp=16, d_vocab=5,
+                               n_ctx=6, positional="learned", causal=True)  # fmt: skip
+    model = Transformer(config, seed=seed, dtype=dtype)
+    inject_lora(model, ["q_proj", "fc_in"], 2, 4.0, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for layer in lora_modules(model).values():  # a nonzero B, as after the warm-up
+            layer.lora_B.copy_(torch.randn(layer.lora_B.shape, generator=gen, dtype=dtype))
+    return model
+
+
+def test_twins_carry_the_gl_and_scalar_gauges_of_each_module():
+    spec = LoraTwinSpec(rank=2, scalar=2.0, noise_scale=1e-7)
+    model = tiny()
+    members = build_lora_twins(spec, model)
+    assert len(members) == len(TWIN_NAMES) and members[0] is model
+    base = lora_modules(model)
+    gauge, scalar, identity, noise = (lora_modules(m) for m in members[1:])
+    for name, layer in base.items():
+        A, B = layer.lora_A.detach(), layer.lora_B.detach()
+        A_g, B_g = gauge[name].lora_A.detach(), gauge[name].lora_B.detach()
+        torch.testing.assert_close(B_g @ A_g, B @ A, rtol=0, atol=1e-12)  # (B G)(G⁻¹ A)
+        G = torch.linalg.lstsq(B, B_g).solution  # B G = B_g
+        assert (G.mT @ G - torch.eye(2, dtype=F64)).abs().amax() > 1e-2  # not orthogonal
+        assert torch.equal(scalar[name].lora_B, 2 * layer.lora_B)
+        assert torch.equal(scalar[name].lora_A, layer.lora_A / 2)
+        assert torch.equal(identity[name].lora_B, layer.lora_B)
+        assert torch.equal(identity[name].lora_A, layer.lora_A)
+        moved = (noise[name].lora_A - layer.lora_A).abs().amax()
+        assert 0 < moved < 1e-6
+
+
+def test_compensated_sgd_steps_each_member_and_factor_at_its_own_rate():
+    p = torch.ones(3, 2, 2, dtype=F64, requires_grad=True)
+    rates = torch.tensor([0.5, 2.0, 0.125], dtype=F64)
+    opt = CompensatedSGD([{"params": [p], "rates": rates}])
+    p.grad = torch.full_like(p, 4.0)
+    opt.step()
+    assert p.detach()[:, 0, 0].tolist() == [-1.0, -7.0, 0.5]  # 1 − rate·4
+    with pytest.raises(ValueError, match="rates"):
+        CompensatedSGD([{"params": [p], "rates": rates[:2]}])
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"optimizer": "lion"}, "optimizer"),
+        ({"checkpoints": (0, 2, 5)}, "step 1"),
+        ({"checkpoints": (0, 1, 99)}, "checkpoints"),
+        ({"damping": -1.0}, "damping"),
+        ({"targets": ("k_proj", "q_proj")}, "targets"),
+    ],
+)
+def test_bad_specs_are_rejected_naming_the_field(fields, match):
+    with pytest.raises(ValueError, match=match):
+        LoraTwinSpec(**fields)
+
+
+def test_plan_is_one_run_per_optimizer_in_a_named_study():
+    sweep = plan(LoraTwinSpec(), ["adam", "scaled-gd"])
+    assert [s.optimizer for s in sweep.specs()] == ["adam", "scaled-gd"]
+    assert sweep.study.startswith("lora-twins-") and plan(LoraTwinSpec(), ["adam", "scaled-gd"]
+                                                          ).study == sweep.study  # fmt: skip
+    with pytest.raises(ValueError, match="optimizers"):
+        plan(LoraTwinSpec(), ["adam", "adam"])
