@@ -16,7 +16,7 @@ on the standard-library target text; ``gaugelab.experiments.lora``):
     (the seed's exact second moment) and the mean step norm (not covered by the derivation).
 
 Run: ``nice -n 10 .venv/bin/python examples/lora_dynamics.py --out /tmp/lora_dynamics.json``
-(about 5–8 minutes on 2 cores; ``--quick`` for a seconds-long smoke run).
+(about 10 minutes niced on 2 shared cores; ``--quick`` for a seconds-long smoke run).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import json
 import math
 import time
 from fractions import Fraction
+from pathlib import Path
 
+import safetensors.torch
 import torch
 
 from gaugelab.experiments.lora import ALL_TARGETS, PretrainSpec, train_pretrain
@@ -124,10 +126,22 @@ def _shapes_of(base_state, spec, corpus):
     return _shapes(model)
 
 
+def _dense_gradients(base_state, spec, corpus, x, y):
+    """``G_m = ∂L/∂W_m`` of every target weight at the base model (= at ``B = 0``)."""
+    from gaugelab.models import Transformer
+
+    model = Transformer(spec.transformer_config(corpus.d_vocab), dtype=torch.float32)
+    model.load_state_dict(base_state, strict=True)
+    weights = {n: m.weight for n, m in model.named_modules() if n in _shapes(model)}
+    _loss(model, x, y).backward()
+    return {n: w.grad.detach().double() for n, w in weights.items()}
+
+
 def part_b(base_state, spec, corpus, *, ranks, alpha, seeds, lr):
     target = corpus.domain("target")
     x, y = target.get_batch("train", 32, torch.Generator().manual_seed(7))
     shapes = _shapes_of(base_state, spec, corpus)
+    G = _dense_gradients(base_state, spec, corpus, x, y)
     rules = [("α/r", Fraction(1)), ("α/√r", Fraction(1, 2))]
     out = []
     for q in (0, 1):
@@ -166,7 +180,17 @@ def part_b(base_state, spec, corpus, *, ranks, alpha, seeds, lr):
                         total += float(d.norm() ** 2)
                     norms.append(total**0.5)
                 mean_step = sum(float(v.norm() ** 2) for v in steps.values()) ** 0.5
+                # predictions (seed 003 §0x08F): E[step_m] = −η s² r σ_m² G_m and
+                # E‖∇_B‖² = Σ_m s² r σ_m² ‖G_m‖², with σ_m² = r^{−q}/d_in
+                s_ = alpha / (r if p == 1 else math.sqrt(r))
+                sig = {k: r ** (-q) / shapes[k][1] for k in shapes}
+                pred_step = (
+                    sum((lr * s_**2 * r * sig[k] * float(G[k].norm())) ** 2 for k in shapes) ** 0.5
+                )
+                pred_grad = sum(s_**2 * r * sig[k] * float(G[k].norm()) ** 2 for k in shapes)
                 rows[r] = {
+                    "predicted_mean_step_norm": pred_step,
+                    "predicted_grad_B_sq": pred_grad,
                     "mean_step_norm": mean_step,
                     "mean_of_norms": sum(norms) / seeds,
                     "mean_grad_B_sq": sum(grad_sq) / seeds,
@@ -198,6 +222,15 @@ def part_b(base_state, spec, corpus, *, ranks, alpha, seeds, lr):
                 f"mean ‖step‖ {entry['slope_mean_of_norms']:+.3f}",
                 flush=True,
             )
+            for r in ranks:
+                row = rows[r]
+                print(
+                    f"    r={r:3d}: mean step {row['mean_step_norm']:.4g} (predicted "
+                    f"{row['predicted_mean_step_norm']:.4g}), "
+                    f"mean ‖∇B‖² {row['mean_grad_B_sq']:.4g} "
+                    f"(predicted {row['predicted_grad_B_sq']:.4g})",
+                    flush=True,
+                )
     return out
 
 
@@ -207,7 +240,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (seconds)")
     parser.add_argument("--pretrain-steps", type=int, default=600)
     parser.add_argument("--steps", type=int, default=200, help="fine-tuning steps in (a)")
-    parser.add_argument("--seeds", type=int, default=16, help="A₀ draws per rank in (b)")
+    parser.add_argument("--seeds", type=int, default=32, help="A₀ draws per rank in (b)")
+    parser.add_argument("--parts", default="ab", help="which measurements: a, b or ab")
+    parser.add_argument("--base-cache", default="", help="safetensors file caching the base")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -231,23 +266,37 @@ def main() -> None:
             checkpoint_every=10**6,
         )
         args.steps, args.seeds = 10, 2
-    model, _curves = train_pretrain(spec)
-    base_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    cache = Path(args.base_cache) if args.base_cache else None
+    if cache is not None and cache.exists() and not args.quick:
+        base_state = safetensors.torch.load_file(str(cache))  # our own file, no pickle
+    else:
+        model, _curves = train_pretrain(spec)
+        base_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if cache is not None and not args.quick:
+            safetensors.torch.save_file(base_state, str(cache))
     corpus = TwoDomainText(spec.corpus)
     print(f"pretrained {spec.steps} steps in {time.perf_counter() - start:.0f}s", flush=True)
-    a = part_a(
-        base_state,
-        spec,
-        corpus,
-        r=8,
-        alpha=16.0,
-        steps=args.steps,
-        eval_every=max(args.steps // 10, 1),
-        lr=5e-3,
-        seed=0,
+    a = (
+        None
+        if "a" not in args.parts
+        else part_a(
+            base_state,
+            spec,
+            corpus,
+            r=8,
+            alpha=16.0,
+            steps=args.steps,
+            eval_every=max(args.steps // 10, 1),
+            lr=5e-3,
+            seed=0,
+        )
     )
-    b = part_b(
-        base_state, spec, corpus, ranks=(1, 4, 16, 64), alpha=16.0, seeds=args.seeds, lr=1e-2
+    b = (
+        None
+        if "b" not in args.parts
+        else part_b(
+            base_state, spec, corpus, ranks=(1, 4, 16, 64), alpha=16.0, seeds=args.seeds, lr=1e-2
+        )
     )
     result = {
         "pretrain": spec.model_dump(mode="json"),

@@ -17,6 +17,8 @@ B = M([[1, 0], [0, 2]])
 A = M([[2, 0], [0, 1]])
 ETA_B, ETA_A = F(1, 10), F(1, 5)
 
+pytestmark = pytest.mark.usefixtures("strict_dtypes")  # float tests fail on silent promotion
+
 
 def test_factor_gradients_exact_trace():
     grad_B, grad_A = dyn.factor_gradients(B, A, G, 1)

@@ -13,6 +13,8 @@ from gaugelab.lowrank._rational import Matrix as M
 
 E3 = M.diag([5, 3, 1]) - M.identity(3)  # W* − W0 = diag(4, 2, 0)
 
+pytestmark = pytest.mark.usefixtures("strict_dtypes")  # float tests fail on silent promotion
+
 
 def test_exact_adapter_rank_of_the_3x3_gap():
     assert E3 == M.diag([4, 2, 0])

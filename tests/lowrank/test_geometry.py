@@ -12,6 +12,8 @@ from gaugelab.lowrank._rational import Matrix as M
 
 B, A, PROBE = oracle.fixture()
 
+pytestmark = pytest.mark.usefixtures("strict_dtypes")  # float tests fail on silent promotion
+
 
 def test_fixture_is_the_seeds():
     assert B @ A == M([[1, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0], [0] * 6, [0] * 6])
