@@ -98,6 +98,12 @@ def twins(
     console = wide_console()
     try:
         names = [n.strip() for n in optimizers.split(",") if n.strip()]
+        unknown = [n for n in names if n not in LORA_TWIN_OPTIMIZERS]
+        if unknown or not names or len(set(names)) != len(names):
+            raise ValueError(
+                f"--optimizers {optimizers!r}; allowed: distinct names of "
+                f"{', '.join(LORA_TWIN_OPTIMIZERS)}"
+            )
         if executor not in EXECUTORS:
             raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
         for option, value in (("--max-workers", max_workers), ("--threads", threads)):

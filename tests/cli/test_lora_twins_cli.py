@@ -1,0 +1,85 @@
+"""gaugelab lora twins (registered on a small app as cli/lora.py registers it): a quick study
+prints the triplet's table and verdicts, is reused when run again and reported by `gaugelab
+report`; bad options are one-line errors naming the option; the help imports no torch."""
+
+import subprocess
+import sys
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gaugelab.cli import app as gaugelab_app
+from gaugelab.cli import lora_twins
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+app = typer.Typer()
+
+
+@app.callback()
+def _root() -> None:
+    """The test's root command."""
+
+
+group = typer.Typer()
+lora_twins.register(group)
+app.add_typer(group, name="lora")
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, ["lora", "twins", *map(str, args)], env={"COLUMNS": "250"})
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory, one_thread):
+    store = tmp_path_factory.mktemp("cli") / "s.sqlite"
+    args = ("--quick", "--optimizers", "sgd-compensated", "--store", store)
+    return store, args, invoke(*args)
+
+
+def test_a_quick_study_prints_the_table_and_verdicts_and_is_reused(quick, tmp_path):
+    store, args, first = quick
+    assert first.exit_code == 0, first.output
+    out = first.output
+    assert "pretrain (2 layers, d_model 32, 30 steps) + 1 twin run(s) (sgd-compensated)" in out
+    assert "LoRA gauge twins: the triplet's reading per optimizer" in out
+    assert "sgd-compensated, scalar twin (c = 2): equivariant" in out
+    assert "sgd-compensated, GL(r) twin: basis-sensitive" in out
+    assert "report:" in out
+    again = invoke(*args)
+    assert again.exit_code == 0, again.output
+    assert "2 run(s) were already completed in the store: reused" in again.output
+    study = next(line for line in out.splitlines() if "report:" in line).split("/")[-3]
+    written = runner.invoke(gaugelab_app, ["report", study, "--store", str(store),
+                                           "--out", str(tmp_path / "r")])  # fmt: skip
+    assert written.exit_code == 0, written.output
+    assert "basis-sensitive" in (tmp_path / "r" / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("--optimizers", "lion"), "--optimizers"),
+        (("--damping", "big"), "--damping"),
+        (("--dtype", "float16"), "--dtype"),
+        (("--threads", "0"), "--threads"),
+    ],
+)
+def test_bad_options_are_one_line_errors_naming_the_option(args, option, tmp_path):
+    result = invoke("--quick", *args, "--store", tmp_path / "s.sqlite")
+    assert result.exit_code == 2
+    assert "error:" in result.output and option in result.output
+    assert not (tmp_path / "s.sqlite").exists()  # nothing was written
+
+
+def test_the_help_lists_the_protocol_and_the_module_imports_no_torch():
+    from gaugelab.experiments.lora_twins import LORA_TWIN_OPTIMIZERS
+
+    assert lora_twins.LORA_TWIN_OPTIMIZERS == LORA_TWIN_OPTIMIZERS
+    result = invoke("--help")
+    assert result.exit_code == 0 and "GL(r) gauge twin" in result.output
+    code = "import sys, gaugelab.cli.lora_twins; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
