@@ -61,6 +61,17 @@ def test_cross_term_identity_holds_at_a_non_unit_scale():
     assert step.product_step == expected
 
 
+def test_cross_term_identity_on_rectangular_factors():
+    # d_out = 3, r = 2, d_in = 4: (G Aᵀ)(Bᵀ G) chains for any shapes
+    Br, Ar = M([[1, 2], [0, 1], [F(1, 2), -1]]), M([[1, 0, 2, -1], [0, 3, 1, 1]])
+    Gr = M([[1, -1, 0, 2], [0, 1, 1, 0], [3, 0, -2, 1]])
+    step = dyn.sgd_step(Br, Ar, Gr, F(2, 3), F(1, 7), F(1, 3))
+    expected = dyn.product_velocity(
+        Br, Ar, Gr, F(2, 3), F(1, 7), F(1, 3)
+    ) + dyn.finite_step_cross_term(Br, Ar, Gr, F(2, 3), F(1, 7), F(1, 3))
+    assert step.product_step == expected and step.product_step.shape == (3, 4)
+
+
 def test_sequential_step_is_a_different_algorithm():
     sim = dyn.sgd_step(B, A, G, 1, ETA_B, ETA_A)
     seq = dyn.sgd_step(B, A, G, 1, ETA_B, ETA_A, order="sequential")

@@ -38,10 +38,12 @@ from ._dynamics_rank import (
     rank_scaling_exponent,
     rank_stable_scale_exponent,
 )
+from ._rational import Matrix
 
 __all__ = [
     "MECHANISMS",
     "AdamStep",
+    "Matrix",
     "RankLedgerRow",
     "Representability",
     "SgdStep",
@@ -149,8 +151,8 @@ def finite_step_cross_term(
     """The multiplicative term ``η_A η_B s³ G Aᵀ Bᵀ G`` that one simultaneous finite SGD step
     adds to the Euler step of the flow: ``Δ⁺ − Δ = Δ̇ + η_A η_B s³ G Aᵀ Bᵀ G``.
 
-    Args / Raises: as :func:`product_velocity_terms` (``G`` square enough to chain:
-    ``G Aᵀ Bᵀ G`` needs ``d_out = d_in`` unless ``r`` bridges it — shapes are checked).
+    Args / Raises: as :func:`product_velocity_terms`; the product is
+    ``(G Aᵀ)(Bᵀ G)``, ``[d_out, r] @ [r, d_in]``, for any shapes.
 
     Returns:
         ``[..., d_out, d_in]``.
@@ -162,11 +164,6 @@ def finite_step_cross_term(
     s = scalar(scale, exact, "finite_step_cross_term", "scale")
     eb = scalar(eta_B, exact, "finite_step_cross_term", "eta_B", positive=True)
     ea = scalar(eta_A, exact, "finite_step_cross_term", "eta_A", positive=True)
-    if tuple(G.shape)[-2] != tuple(G.shape)[-1]:
-        raise ValueError(
-            f"finite_step_cross_term: G has shape {tuple(G.shape)}; G Aᵀ Bᵀ G chains only for "
-            "square G (d_out = d_in)"
-        )
     return (G @ A.mT @ B.mT @ G) * (ea * eb * s * s * s)
 
 

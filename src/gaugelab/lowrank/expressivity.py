@@ -35,6 +35,7 @@ from .geometry import numerical_rank
 __all__ = [
     "CLAIMS",
     "DeepLoraParameters",
+    "Matrix",
     "TheoremClaim",
     "complement_recurrence",
     "compression_error_bound",

@@ -39,6 +39,7 @@ from ._rational import Matrix
 __all__ = [
     "FixedRankDimension",
     "JacobianRank",
+    "Matrix",
     "exact_rank",
     "factor_map_adjoint",
     "factor_map_differential",
