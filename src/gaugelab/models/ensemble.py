@@ -1,15 +1,20 @@
 """Run E copies of a model as one: parameters stacked on a leading member dimension.
 
-Built on ``torch.func`` (``functional_call``, ``vmap``; the stacking of
-``stack_module_state``). Gradients come from ordinary autograd on the sum of the member losses;
-members never interact, so an optimizer with ``member_dims=1`` steps all of them at once. A
-frozen parameter that every member holds bit for bit (the base weights of E LoRA seeds on one
-model) is kept once, without a member dimension, and enters ``vmap`` unbatched
-(``in_dims=None``): a linear layer then runs one matmul over all members' inputs instead of a
-batched matmul over E copies of the same weight, and the base is stored once, not E times.
-``compile=True`` hands the vmapped forward (and, through AOTAutograd, its backward) to
-``torch.compile``: on CPU this fuses the elementwise work between the matmuls, which is where
-an eager ensemble loses its time.
+Two vectorized paths. A :class:`~gaugelab.models.Transformer` (LoRA layers included) runs
+*member-natively* (``_member_native``): every weight keeps its member dimension and each layer
+is one batched matmul over the members, attention one call on ``[E, B, H, T, D]``; no weight is
+copied per call. Any other module (or a Transformer with a module the native path does not
+know: mixture-of-experts routing, adapter dropout, a subclass) runs through ``torch.func``
+(``functional_call``, ``vmap``; the stacking of ``stack_module_state``), or a loop over
+members where ``vmap`` cannot batch it. Gradients come from ordinary autograd on the sum of the
+member losses; members never interact, so an optimizer with ``member_dims=1`` steps all of
+them at once. A frozen parameter that every member holds bit for bit (the base weights of E
+LoRA seeds on one model) is kept once, without a member dimension, and enters the forward
+unbatched (``vmap``'s ``in_dims=None``): a linear layer then runs one matmul over all members'
+inputs instead of a batched matmul over E copies of the same weight, and the base is stored
+once, not E times. ``compile=True`` hands the forward (native or vmapped; and, through
+AOTAutograd, its backward) to ``torch.compile``: on CPU this fuses the elementwise work between
+the matmuls, which is where an eager ensemble loses its time.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
+
+from gaugelab.models._member_native import NativeTransformer, Weights, unsupported
 
 # torch's warning when vmap runs an op without a batching rule (the fused attention kernels)
 _FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching"
@@ -55,10 +62,14 @@ class Ensemble(nn.Module):
 
     Args:
         models: E ≥ 1 modules of identical structure (parameter names and shapes).
-        vectorize: evaluate with ``vmap`` (True) or loop over members with
-            ``functional_call`` (False); None picks vmap unless a submodule declares
-            ``vmap_compatible = False`` (e.g. mixture-of-experts routing).
-        compile: run the vmapped forward through ``torch.compile`` (needs a C++ compiler;
+        vectorize: evaluate all members at once (True: natively or with ``vmap``) or loop over
+            members with ``functional_call`` (False); None picks the vectorized path unless a
+            submodule declares ``vmap_compatible = False`` (e.g. mixture-of-experts routing).
+        native: run the member-native forward (the default, None, wherever it applies: a
+            :class:`~gaugelab.models.Transformer` of known modules, see
+            :mod:`gaugelab.models._member_native`, with ``vectorize`` not False); False forces
+            the ``vmap`` path; True requires the native one.
+        compile: run the vectorized forward through ``torch.compile`` (needs a C++ compiler;
             the first call compiles, tens of seconds). Only calls with gradients enabled use
             the compiled graph; evaluation under ``no_grad`` runs eagerly, so a new input shape
             there costs no compilation. Compiled results agree with eager ones to round-off,
@@ -69,11 +80,13 @@ class Ensemble(nn.Module):
             stack every parameter (False; the layout before sharing existed, E copies).
         sdpa: eager calls run attention through torch's fused
             ``F.scaled_dot_product_attention`` (modules with ``use_sdpa``) instead of the plain
-            ops. torch has no vmap batching rule for the fused kernel, so vmap's fallback calls
-            it once per member: each member's attention is then bitwise what its own model
-            computes (the plain ops agree to ~1e-15 in float64), and at long windows it is
-            faster (the [B, H, T, T] scores are never formed). Off by default: the compiled
-            graph always uses the plain ops, and the twin protocol's eager runs keep them.
+            ops. Natively the members are folded into the kernel's batch (``[E·B, H, T, D]``,
+            one call); under vmap, which has no batching rule for the fused kernel, torch's
+            fallback calls it once per member. Either way each member's attention is what its
+            own model's kernel computes (the plain ops agree to ~1e-15 in float64), and at long
+            windows it is faster (the [B, H, T, T] scores are never formed). None (default):
+            fused on the native path, plain ops under vmap (the layout before the native path
+            existed). The compiled graph always uses the plain ops.
 
     Attributes:
         n_members: E.
@@ -82,11 +95,14 @@ class Ensemble(nn.Module):
         shared_names: the names of the shared parameters (a subset of ``names``, same order).
         use_compile: whether gradient-enabled calls run the compiled forward.
         sdpa: whether eager calls use fused attention.
+        native: whether the member-native forward runs (else ``vmap`` or the loop).
 
     Raises:
         ValueError: no models, members whose parameter names, shapes, dtypes or
-            ``requires_grad`` flags differ, or ``compile`` without vectorization
-            (``vectorize=False``, or a submodule that is not ``vmap_compatible``).
+            ``requires_grad`` flags differ, ``compile`` without vectorization
+            (``vectorize=False``, or a submodule that is not ``vmap_compatible``), or
+            ``native=True`` for a model the native path does not know (the reason named) or
+            with ``vectorize=False``.
 
     Source: the batched-ensemble pattern of ``torch.func`` (model ensembling).
     """
@@ -96,9 +112,10 @@ class Ensemble(nn.Module):
         models: Sequence[nn.Module],
         *,
         vectorize: bool | None = None,
+        native: bool | None = None,
         compile: bool = False,
         share_frozen: bool = True,
-        sdpa: bool = False,
+        sdpa: bool | None = None,
     ) -> None:
         super().__init__()
         models = list(models)
@@ -146,17 +163,33 @@ class Ensemble(nn.Module):
             template.check_inputs = False
         for module in template.modules():
             if hasattr(module, "use_sdpa"):  # fused attention: vmap runs it member by member
-                module.use_sdpa = sdpa
+                module.use_sdpa = bool(sdpa)  # None: plain ops under vmap
+        reason = unsupported(models[0])
+        if reason is None and models[0].config.positional == "alibi":
+            slopes = [t for b in member_buffers for n, t in b.items() if n.endswith(".slopes")]
+            if not _equal_across(slopes):
+                reason = "the members' ALiBi slopes differ"
+        if native and (reason is not None or vectorize is False):
+            why = reason or "vectorize=False asks for the loop"
+            raise ValueError(f"Ensemble: native=True, but {why}; allowed: native=None or False")
+        if native is None:
+            native = reason is None and vectorize is not False
         if vectorize is None:
-            vectorize = all(getattr(m, "vmap_compatible", True) for m in models[0].modules())
+            vectorize = native or all(
+                getattr(m, "vmap_compatible", True) for m in models[0].modules()
+            )
         if compile and not vectorize:
             raise ValueError(
                 "Ensemble: compile=True needs a vectorized ensemble (vectorize=True and no "
                 "submodule with vmap_compatible = False)"
             )
         self.vectorize = vectorize
+        self.native = bool(native)
         self.use_compile = compile
-        self.sdpa = sdpa
+        self.sdpa = bool(native) if sdpa is None else bool(sdpa)
+        slopes = member_buffers[0].get("blocks.0.attn.slopes")
+        self.__dict__["_native"] = NativeTransformer(template, slopes) if native else None
+        # slopes: the ALiBi slopes every layer of every member holds (checked equal above)
         member_template = copy.deepcopy(models[0])
         with torch.no_grad():  # the template's shared weights are the ensemble's: one copy
             for name in self.shared_names:
@@ -181,6 +214,21 @@ class Ensemble(nn.Module):
             return vectorized
         self._compiled[dims] = torch.compile(vectorized, dynamic=False)
         return self._compiled[dims]
+
+    def _native_forward(self, stacked, shared, tokens: torch.Tensor) -> torch.Tensor:
+        weights = Weights(stacked, shared)
+        E = self.n_members
+        if not (self.use_compile and torch.is_grad_enabled()):
+            attention = "sdpa" if self.sdpa else "matmul"
+            return self._native.forward(weights, tokens, E, attention)
+        # a LoRA layer's merged state decides the graph: one compiled forward per state
+        key = ("native", tokens.dim(), tuple(m.merged for m in self._native.loras.values()))
+        if key not in self._compiled:
+            native = self._native
+            self._compiled[key] = torch.compile(
+                lambda s, h, t: native.forward(Weights(s, h), t, E, "broadcast"), dynamic=False
+            )
+        return self._compiled[key](stacked, shared, tokens)
 
     def stacked_parameters(self) -> dict[str, torch.Tensor]:
         """Name → stacked parameter ``[E, *shape]``: every trainable parameter (the tensors an
@@ -235,6 +283,8 @@ class Ensemble(nn.Module):
             validate(inputs[0], leading=int(member_inputs))
         params, shared = self.stacked_parameters(), self.shared_parameters()
         buffers = self._stacked_buffers()
+        if self.native:
+            return self._native_forward(params | buffers, shared, inputs[0])
         if self.vectorize:
             # shared parameters enter unbatched: vmap folds the members into the batch
             dims = (0, None, 0) + (0 if member_inputs else None,) * len(inputs)
