@@ -204,3 +204,20 @@ def test_bad_inputs_name_the_argument():
         geo.factor_map_jacobian(
             torch.zeros(2, 4, 2, dtype=torch.float64), torch.zeros(2, 2, 6, dtype=torch.float64)
         )
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fraction_free_rank_agrees_with_float64_svd_on_integer_matrices(seed):
+    gen = torch.Generator().manual_seed(seed)
+    low = torch.randint(-3, 4, (6, 2), generator=gen) @ torch.randint(-3, 4, (2, 5), generator=gen)
+    X = low + seed * torch.eye(6, 5, dtype=torch.long)  # rank 2 at seed 0, higher after
+    exact = M(X.tolist())
+    assert geo.exact_rank(exact) == geo.numerical_rank(X.double())[0]
+    assert geo.exact_rank(exact) == exact.rref()[0].rank() == len(exact.rref()[1])
+
+
+def test_exact_inverse_and_singular_error():
+    X = M([[2, 1, 0], [1, 3, 1], [0, 1, 4]])
+    assert X @ X.inverse() == M.identity(3)
+    with pytest.raises(ValueError, match="singular"):
+        M([[1, 2], [2, 4]]).inverse()
