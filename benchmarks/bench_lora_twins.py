@@ -23,8 +23,9 @@ import torch.nn.functional as F
 
 from gaugelab.cli.bench import ratio_cell, time_calls
 from gaugelab.determinism import deterministic
+from gaugelab.experiments._lora_twins_diagnostics import lora_pairs
 from gaugelab.experiments._lora_twins_spec import LoraTwinSpec
-from gaugelab.experiments._lora_twins_train import _pairs, build_lora_twins, make_twin_optimizer
+from gaugelab.experiments._lora_twins_train import build_lora_twins, make_twin_optimizer
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import ScaledGD, make_optimizer
@@ -63,7 +64,7 @@ def _steps(spec: LoraTwinSpec, batch: int):
     x = torch.randint(0, VOCAB, (batch, BLOCK), generator=gen)
     y = torch.randint(0, VOCAB, (batch, BLOCK), generator=gen)
     ensemble = Ensemble([copy.deepcopy(m) for m in members])
-    assert _pairs(ensemble), "the ensemble should train the LoRA factors"
+    assert lora_pairs(ensemble), "the ensemble should train the LoRA factors"
     opt = make_twin_optimizer(spec, ensemble)
     E = len(members)
 

@@ -28,9 +28,9 @@ from gaugelab.equivariance.distance import relative_distance
 from gaugelab.equivariance.twins import triplet_verdict
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus, pretrain_weights
+from gaugelab.experiments._lora_twins_diagnostics import FactorLog, lora_pairs
 from gaugelab.experiments._lora_twins_spec import TWIN_NAMES, LoraTwinSpec
 from gaugelab.gauge import GeneralLinear
-from gaugelab.lowrank.factor_diagnostics import factor_diagnostics
 from gaugelab.lowrank.subspaces import compare_updates
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.models.lora import inject_lora, lora_modules
@@ -142,16 +142,9 @@ class CompensatedSGD(torch.optim.Optimizer):
                     p.sub_(rate * p.grad)
 
 
-def _pairs(ensemble: Ensemble) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
-    """``(module, B [E, d_out, r], A [E, r, d_in])`` of every adapted module, in order."""
-    stacked = ensemble.stacked_parameters()
-    modules = [n.removesuffix(".lora_A") for n in stacked if n.endswith(".lora_A")]
-    return [(m, stacked[f"{m}.lora_B"], stacked[f"{m}.lora_A"]) for m in modules]
-
-
 def make_twin_optimizer(spec: LoraTwinSpec, ensemble: Ensemble) -> torch.optim.Optimizer:
     """The twin phase's optimizer over the ensemble's factors (``member_dims = 1``)."""
-    pairs, lr = _pairs(ensemble), spec.learning_rate()
+    pairs, lr = lora_pairs(ensemble), spec.learning_rate()
     factors = [p for _, B, A in pairs for p in (B, A)]
     if spec.optimizer == "adam":
         return make_optimizer("adam", factors, lr=lr, member_dims=1)
@@ -191,9 +184,11 @@ def measure(
         for e, name in enumerate(TWIN_NAMES):
             loss = F.cross_entropy(logits[e].flatten(0, 1), y_val.flatten())
             metrics[f"{name}/val_loss"] = float(loss)
-        deltas = [scale * (B.double() @ A.double()) for _, B, A in _pairs(ensemble)]  # [E, o, i]
+        deltas = [
+            scale * (B.double() @ A.double()) for _, B, A in lora_pairs(ensemble)
+        ]  # [E, o, i]
         flat = torch.cat([d.flatten(1) for d in deltas], dim=1)  # [E, Σ o·i]
-        pairs = _pairs(ensemble)
+        pairs = lora_pairs(ensemble)
         for e, name in enumerate(TWIN_NAMES[1:], start=1):
             metrics[f"{name}/logit_distance"] = float(relative_distance(logits[e], logits[0]))
             metrics[f"{name}/update_distance"] = float(relative_distance(flat[e], flat[0]))
@@ -219,41 +214,6 @@ def measure(
     return metrics
 
 
-def _diagnostics(ensemble, optimizer, previous, step, tokens, loss, spec, scale) -> dict:
-    """The base member's §0x08L record of every module, as flat metrics ``diag/<module>/…``."""
-    metrics: dict[str, float] = {}
-    lr = spec.learning_rate()
-    for module, B, A in _pairs(ensemble):
-        states = []
-        for p in (A, B):
-            state = optimizer.state.get(p, {})
-            states.append(
-                {
-                    k: v[0]
-                    for k, v in state.items()
-                    if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == B.shape[0]
-                }
-            )
-        record = factor_diagnostics(
-            A=A[0],
-            B=B[0],
-            scale=scale,
-            step=step,
-            tokens=tokens,
-            loss=loss,
-            lr_A=lr,
-            lr_B=lr,
-            grad_A=None if A.grad is None else A.grad[0],
-            grad_B=None if B.grad is None else B.grad[0],
-            previous=previous.get(module),
-            state_A=states[0],
-            state_B=states[1],
-            eval_protocol="training minibatch of the twin phase, mean cross-entropy",
-        )
-        metrics.update(record.metrics(prefix=f"diag/{module}/"))
-    return metrics
-
-
 def run_lora_twin_phase(
     spec: LoraTwinSpec,
     members: list[Transformer],
@@ -276,6 +236,12 @@ def run_lora_twin_phase(
     records: dict[int, dict[str, float]] = {}
     measured = set(spec.checkpoints)
     source = corpus.domain("target")
+    lr = spec.learning_rate()  # the base member's rate (member 0 is the one recorded)
+    log = FactorLog(
+        scale, members={0: ""}, steps=frozenset(s for s in measured if s >= 1),
+        tokens_per_step=spec.batch_size * block, step_offset=spec.warmup_steps,
+        eval_protocol="training minibatch of the twin phase, mean cross-entropy",
+    )  # fmt: skip
 
     def record(step: int, extra: dict[str, float]) -> None:
         metrics = {**measure(ensemble, *val, scale, dtype), **extra}
@@ -287,11 +253,7 @@ def run_lora_twin_phase(
         record(0, {})
     for step in range(1, spec.steps + 1):
         x, y = source.get_batch("train", spec.batch_size, stream)
-        previous = {}
-        if step in measured:
-            previous = {
-                m: (A[0].detach().clone(), B[0].detach().clone()) for m, B, A in _pairs(ensemble)
-            }
+        previous = log.before(ensemble, step)
         optimizer.zero_grad(set_to_none=True)
         logits = ensemble(x)  # [E, B, T, V]
         losses = F.cross_entropy(logits.flatten(0, 2), y.flatten().repeat(E), reduction="none")
@@ -308,19 +270,8 @@ def run_lora_twin_phase(
         if step in measured:
             batch = losses.detach()
             extra = {f"{n}/batch_loss": float(v) for n, v in zip(TWIN_NAMES, batch, strict=True)}
-            tokens = (spec.warmup_steps + step) * spec.batch_size * block
-            extra.update(
-                _diagnostics(
-                    ensemble,
-                    optimizer,
-                    previous,
-                    spec.warmup_steps + step,
-                    tokens,
-                    float(batch[0]),
-                    spec,
-                    scale,
-                )
-            )
+            if previous is not None:
+                extra.update(log.metrics(ensemble, optimizer, previous, step, batch, lr))
             record(step, extra)
     return records
 
