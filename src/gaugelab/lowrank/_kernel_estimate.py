@@ -224,6 +224,9 @@ class KernelProbes:
         base_metric = metric if base_metric is None else base_metric
         out, eps = self.outputs, self.eps
         theta_t = {k: v.detach() for k, v in theta_t.items()}
+        same = all(torch.equal(theta_t[k], self.theta0[k]) for k in theta_t)
+        if same and base_metric.name == metric.name:
+            return self._at_base(metric)
         _, jv = out.jvp(self.theta0, _sub(theta_t, self.theta0))
         F_lin = self.F0 + jv.detach()
         with torch.no_grad():
@@ -260,6 +263,18 @@ class KernelProbes:
             output_change=change, probes=self.probes, seed=self.seed,
             distribution=self.distribution, metric=metric.name, base_metric=base_metric.name,
             approximation=approximation, axes=out.axes(), dtype=str(self.dtype).split(".")[-1],
+        )  # fmt: skip
+
+    def _at_base(self, metric: Metric) -> KernelEstimate:
+        """``θ_t = θ_0`` exactly, one metric: the diagnostics are exact (``R_lin = 0``,
+        ``D_J = D_K = 0``, ``A_K = 1``, no error); no probe is evaluated."""
+        zero = Estimate(0.0, 0.0)
+        return KernelEstimate(
+            r_lin=0.0, d_j=zero, d_k=zero, a_k=Estimate(1.0, 0.0), parameter_distance=0.0,
+            output_change=0.0, probes=self.probes, seed=self.seed,
+            distribution=self.distribution, metric=metric.name, base_metric=metric.name,
+            approximation=metric.approximation, axes=self.outputs.axes(),
+            dtype=str(self.dtype).split(".")[-1],
         )  # fmt: skip
 
 

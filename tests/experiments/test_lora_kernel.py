@@ -1,0 +1,125 @@
+"""The kernel study on the quick model: matched paths, the first step's exact identities on a
+real Transformer (§0x09E: one plain-SGD step from B = 0 is the same for the nonlinear, the
+linearized and the fixed-feature path), stored numbers recomputed from the stored factors,
+reuse, and the report."""
+
+import copy
+import json
+
+import pytest
+import safetensors.torch
+import torch
+
+from gaugelab.experiments._kernel_train import plain_attention
+from gaugelab.experiments._lora_data import base_model, load_corpus, pretrain_weights
+from gaugelab.experiments.lora_kernel import (
+    KernelSpec,
+    plan,
+    quick_spec,
+    report,
+    run_lora_kernel,
+)
+from gaugelab.lowrank.kernels import StackedOutputs, linearization_residual, linearized_outputs
+from gaugelab.models.lora import inject_lora
+from gaugelab.study.store import RunStore
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SPEC = quick_spec(pretrain={"steps": 10, "eval_every": 5, "checkpoint_every": 10}, steps=3,
+                  checkpoints=(0, 1, 3), probe_examples=2)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, one_thread):
+    store = tmp_path_factory.mktemp("kernel") / "store.sqlite"
+    return store, run_lora_kernel(SPEC, store=store)
+
+
+def _files(store, identity):
+    with RunStore(store) as db:
+        attempt = [a for a in db.attempts(identity) if a.termination == "completed"][-1]
+        return {a.path.name: a.path for a in db.artifacts(identity) if a.ordinal == attempt.ordinal}
+
+
+def test_every_path_is_diagnosed_at_the_same_checkpoints(study):
+    _, outcome = study
+    result = outcome.result
+    assert not result.failures and [r.optimizer for r in result.runs] == ["gd", "adam"]
+    for run in result.runs:
+        assert list(run.data["paths"]) == ["nonlinear", "linearized", "fixed-features"]
+        for path, rows in run.data["paths"].items():
+            assert [r["step"] for r in rows] == [0, 1, 3], path
+            first = rows[0]  # θ_t = θ_0: the diagnostics are exact
+            assert (first["r_lin"], first["d_j"], first["d_k"], first["a_k"]) == (0, 0, 0, 1)
+        starts = {rows[0]["target"] for rows in run.data["paths"].values()}
+        assert max(starts) - min(starts) < 1e-6  # one model at step 0, one probe, one batch set
+        assert run.data["axes"]["order"] == "example_then_output"
+        assert run.data["axes"]["forward_mode"] == "plain attention"
+        assert "NotImplementedError" in run.data["axes"]["fallback"]
+    trainable = result.runs[0].data["trainable"]
+    assert trainable["nonlinear"] == trainable["linearized"] > trainable["fixed-features"]
+
+
+def test_one_sgd_step_from_b_zero_is_the_same_on_every_path(study):
+    # ∇_A L = s Bᵀ (∂L/∂Y) Xᵀ = 0 at B = 0 in every layer, and ∇_B L = J_0ᵀ g_F on every path
+    _, outcome = study
+    gd = outcome.result.runs[0].data["paths"]
+    at1 = {p: rows[1] for p, rows in gd.items()}
+    assert at1["linearized"]["distance"] == pytest.approx(at1["nonlinear"]["distance"], rel=1e-5)
+    assert at1["fixed-features"]["distance"] == pytest.approx(at1["nonlinear"]["distance"],
+                                                              rel=1e-5)  # fmt: skip
+    # the trained linearized model predicts the nonlinear one as well as its own tangent does
+    assert at1["linearized"]["prediction_gap"] == pytest.approx(at1["nonlinear"]["r_lin"],
+                                                                abs=1e-4)  # fmt: skip
+    assert at1["nonlinear"]["r_lin"] > 0  # the tangent step is not exact on a deep model
+    # later the paths separate (A moves only on the nonlinear path)
+    last = {p: rows[-1]["distance"] for p, rows in gd.items()}
+    assert abs(last["linearized"] - last["nonlinear"]) > 1e-6
+
+
+def test_stored_residual_is_recomputed_from_the_stored_factors(study):
+    store, outcome = study
+    run = outcome.result.runs[1]  # adam
+    files = _files(store, run.state.identity)
+    saved = safetensors.torch.load_file(str(files["paths.safetensors"]))
+    probes = safetensors.torch.load_file(str(files["probes.safetensors"]))
+    assert {k.split("/", 1)[1].rsplit(".", 1)[1] for k in saved if k.startswith("fixed")} == {
+        "lora_B"
+    }  # the fixed-feature path trains the zero factor only
+    with RunStore(store) as db:
+        weights = pretrain_weights(db, SPEC.pretrain)
+    corpus = load_corpus(SPEC.pretrain.corpus)
+    model = base_model(SPEC.pretrain, weights, corpus.d_vocab)
+    inject_lora(model, list(SPEC.targets), SPEC.rank, SPEC.alpha_ratio * SPEC.rank, seed=SPEC.seed)
+    plain_attention(model)
+    out = StackedOutputs(copy.deepcopy(model), probes["inputs"])
+    theta0 = out.theta()
+    theta_t = {n: saved[f"nonlinear/{n}"] for n in out.names}
+    F0, F_lin = linearized_outputs(out, theta0, theta_t)
+    with torch.no_grad():
+        Ft = out(theta_t)
+    stored = run.data["paths"]["nonlinear"][-1]["r_lin"]
+    assert linearization_residual(Ft, F0, F_lin) == pytest.approx(stored, rel=1e-4)
+    assert probes["z"].shape == (SPEC.probes, out.size) and set(probes["z"].unique().tolist()) <= {
+        -1.0, 1.0}  # fmt: skip
+
+
+def test_a_second_run_reuses_the_store_and_reports_are_never_overwritten(study, tmp_path):
+    store, _ = study
+    again = run_lora_kernel(SPEC, store=store, report_dir=tmp_path / "r")
+    assert len(again.sweep.skipped) == 3  # the pretrain and both optimizers' runs
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "does not prove" in html and "kernel_diagnostics" in html
+    with pytest.raises(FileExistsError):
+        report(again.result, tmp_path / "r")
+    json.dumps(again.result.runs[0].data, allow_nan=False)
+
+
+def test_a_run_holds_one_optimizer_and_bad_specs_name_the_field():
+    assert [s.optimizer for s in plan(SPEC).specs()] == ["gd", "adam"]
+    with pytest.raises(ValueError, match="checkpoints"):
+        quick_spec(checkpoints=(1, 3))
+    with pytest.raises(ValueError, match="optimizers"):
+        KernelSpec(optimizers=("lion",))
+    with pytest.raises(ValueError, match="a run holds one"):
+        _ = SPEC.optimizer
