@@ -1,13 +1,183 @@
 """`gaugelab intrinsic-dim`: the d90 intrinsic-dimension protocol.
 
-Heavy imports (torch, the experiments) happen inside the command functions, so that
+Parses its options into an :class:`~gaugelab.experiments.intrinsic.IntrinsicSpec`, makes one
+library call (:func:`gaugelab.experiments.intrinsic.run_intrinsic_dim`) and renders what it
+returns. Heavy imports (torch, the experiments) happen inside the command function, so that
 ``gaugelab --help`` stays fast.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
+__all__ = ["intrinsic_dim", "register"]
 
-def register(group: typer.Typer) -> None:
-    """Add this module's commands to ``group`` (none registered yet)."""
+OPTIONS = {
+    "problem": "--problem",
+    "method": "--method",
+    "family": "--family",
+    "normalization": "--normalization",
+    "dims": "--dims",
+    "seeds": "--seeds",
+    "lrs": "--lrs",
+    "full_lrs": "--full-lrs",
+    "steps": "--steps",
+    "threshold": "--threshold",
+    "threshold_value": "--threshold-value",
+    "aggregator": "--aggregator",
+}
+"""IntrinsicSpec fields → the command's options (for its error messages)."""
+
+
+def _numbers(text: str, option: str, kind: type) -> tuple:
+    try:
+        values = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"{option} {text!r}; allowed: comma-separated numbers") from None
+    if not values:
+        raise ValueError(f"{option} is empty; allowed: comma-separated numbers")
+    return values
+
+
+def intrinsic_dim(
+    problem: Annotated[
+        str,
+        typer.Option(
+            help="scratch: an MLP on all ten digits from its initialization (Li et al.); "
+            "finetune: pretrained on digits 0–4, adapted to 5–9 with a new head counted in d "
+            "(Aghajanyan et al.)."
+        ),
+    ] = "scratch",
+    method: Annotated[
+        str, typer.Option(help="did (θ₀ + P u) or said (group scales in d).")
+    ] = "did",
+    family: Annotated[
+        str, typer.Option(help="Projection: dense, orthonormal, sparse or fastfood.")
+    ] = "dense",
+    normalization: Annotated[
+        str | None,
+        typer.Option(help="Columns: unit-columns (default); qr for orthonormal; fastfood: 1/p."),
+    ] = None,
+    dims: Annotated[
+        str | None, typer.Option(help="Grid of d (default 10,20,…,1280; 8,32 with --quick).")
+    ] = None,
+    seeds: Annotated[str | None, typer.Option(help="Projection seeds (default 0,1,2).")] = None,
+    lrs: Annotated[
+        str | None, typer.Option(help="Subspace Adam learning rates (the search per trial).")
+    ] = None,
+    full_lrs: Annotated[
+        str | None, typer.Option(help="Full fine-tuning learning rates (the reference).")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Adam steps per trial (default 600).")] = None,
+    threshold: Annotated[
+        str, typer.Option(help="historical (ratio · S_full) or normalized-gain (G_d ≥ τ).")
+    ] = "historical",
+    threshold_value: Annotated[float, typer.Option(help="The ratio or τ.")] = 0.9,
+    aggregator: Annotated[
+        str, typer.Option(help="Seed aggregator: median, mean or min.")
+    ] = "median",
+    quick: Annotated[bool, typer.Option(help="A tiny MLP, two d, two seeds: seconds.")] = False,
+    dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
+    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
+    max_workers: Annotated[int, typer.Option(help="Runs at once.")] = 1,
+    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
+    threads: Annotated[int, typer.Option(help="Torch threads per run.")] = 1,
+    store: Annotated[Path, typer.Option(help="Run store.")] = Path("gaugelab-runs/store.sqlite"),
+    out: Annotated[
+        Path | None, typer.Option(help="Report folder (default: in the store's).")
+    ] = None,
+) -> None:
+    """Estimate d90: the smallest tested d whose subspace-trained score reaches the threshold.
+
+    Runs the full fine-tuning reference (one run per --full-lrs value) and every (d, seed, lr)
+    trial as a stored run; per (d, seed) the trial with the best selection-split accuracy is
+    kept, its evaluation accuracy aggregated over seeds (median) and compared with the target
+    (historically 0.9 · S_full). The result is the first passing tested d with its grid bracket
+    (prev, d], or the censoring state — `d90 <= d_min` / `> d_max / unresolved` — never d_min
+    or d_max standing in for an estimate; raw scores are never smoothed by a cumulative maximum.
+    Prints the per-d table, the estimate with its envelope and the raw records, and writes a
+    figure (score against d per seed and aggregated, the threshold, the bracket) and a report.
+    """
+    from rich.text import Text
+
+    from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
+    from gaugelab.cli._errors import fail
+    from gaugelab.experiments.intrinsic import (
+        IntrinsicSpec,
+        plan,
+        quick_spec,
+        run_intrinsic_dim,
+        tables,
+    )
+    from gaugelab.study.sweep import EXECUTORS
+
+    console = wide_console()
+    try:
+        if executor not in EXECUTORS:
+            raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
+        for option, value in (("--max-workers", max_workers), ("--threads", threads)):
+            if value < 1:
+                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+        fields: dict = dict(
+            problem=problem,
+            method=method,
+            family=family,
+            threshold=threshold,
+            threshold_value=threshold_value,
+            aggregator=aggregator,
+            dtype=dtype,
+        )
+        if normalization is not None or family == "orthonormal":
+            fields["normalization"] = normalization or "qr"
+        for name, text, kind in (
+            ("dims", dims, int),
+            ("seeds", seeds, int),
+            ("lrs", lrs, float),
+            ("full_lrs", full_lrs, float),
+        ):
+            if text is not None:
+                fields[name] = _numbers(text, OPTIONS[name], kind)
+        if steps is not None:
+            fields["steps"] = steps
+        spec = quick_spec(**fields) if quick else IntrinsicSpec(**fields)
+        sweep = plan(spec)
+        total = len(sweep.specs())
+    except ValueError as exc:
+        raise fail(exc, OPTIONS) from None
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    header = (
+        f"{spec.method.upper()} on digits ({spec.problem}), {spec.family} projection "
+        f"({spec.normalization}): {total} runs (full reference × {len(spec.full_lrs)}, d in "
+        f"{list(spec.dims)} × seeds {list(spec.seeds)} × lrs {list(spec.lrs)}), {spec.steps} "
+        f"steps each; store {store}"
+    )
+    outcome = run_with_bars(
+        console,
+        header,
+        "intrinsic-dim runs",
+        run_intrinsic_dim,
+        spec,
+        store=store,
+        executor=executor,
+        max_workers=max_workers,
+        threads=threads,
+        address=address,
+        report_dir=out,
+        study_name=sweep.study,
+    )
+    result = outcome.result
+    notes = [Text(n) for n in result.notes]
+    if result.estimate is not None:
+        notes.insert(0, Text(result.estimate.crossing.statement, style="bold"))
+    print_outcome(console, outcome, tables(result), notes=notes, label_columns=1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``gaugelab intrinsic-dim`` to ``app``."""
+    from gaugelab.cli._errors import guarded
+
+    app.command("intrinsic-dim")(guarded(intrinsic_dim))

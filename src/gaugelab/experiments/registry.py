@@ -25,6 +25,7 @@ EXPERIMENTS: dict[str, str] = {
     "dial": "gaugelab.experiments.dial",
     "twins": "gaugelab.experiments.twins",
     "lora-finetune": "gaugelab.experiments.lora",
+    "intrinsic-dim": "gaugelab.experiments.intrinsic",
     "lora-twins": "gaugelab.experiments.lora_twins",
 }
 """Study kind → the experiment module (``collect``, ``tables``, ``report``), imported on use."""

@@ -3,10 +3,11 @@
 ``fwht(x)`` multiplies the last dimension of ``x`` by the Sylvester–Hadamard matrix ``H_n``
 (``H_1 = [1]``, ``H_{2k} = [[H_k, H_k], [H_k, -H_k]]``), unnormalized: ``H_n H_n = n I``. The
 transform factors as a Kronecker product ``H_n = H_{n_1} ⊗ … ⊗ H_{n_m}`` of small Hadamard
-matrices (``n_i ≤ 32``), each applied as one batched matrix product along its own axis of
-``x.view(…, n_1, …, n_m)``: ``n · Σ n_i`` multiply-adds, ``O(n log n)`` for the fixed radix, with
-one temporary of ``x``'s size per factor. ``H_n`` is symmetric, so the backward of ``y = H x`` is
-``H g`` — the same transform, applied once (and, for the normalized ``H/√n``, scaled once).
+matrices (``n_i ≤ 32``), each applied as one matrix product on the last axis of
+``x.view(…, n_1, …, n_m)`` followed by a rotation of the axes: ``n · Σ n_i`` multiply-adds,
+``O(n log n)`` for the fixed radix, with two temporaries of ``x``'s size per factor. ``H_n`` is
+symmetric, so the backward of ``y = H x`` is ``H g`` — the same transform, applied once (and,
+for the normalized ``H/√n``, scaled once).
 
 Source: seed 003 §0x02D (the Hadamard factors of the Fastfood block).
 """
@@ -58,20 +59,19 @@ def _factors(bits: int) -> list[int]:
 
 
 def _apply(x: torch.Tensor) -> torch.Tensor:
-    """``x @ H_n`` along the last dimension (no autograd bookkeeping of its own)."""
+    """``x @ H_n`` along the last dimension (no autograd bookkeeping of its own).
+
+    ``x`` is viewed as ``[R, n_1, …, n_m]``; each pass multiplies the last axis by ``H_{n_m}``
+    as one ``[R·n/n_m, n_m] @ [n_m, n_m]`` product and rotates that axis to the front, so after
+    ``m`` passes every factor has acted once and the axes are back in order.
+    """
     n = x.shape[-1]
-    factors = _factors(n.bit_length() - 1)
-    batch = x.shape[:-1]
-    y = x.reshape(-1, n)
-    rows = y.shape[0]
-    before = 1
-    for f in factors:
-        after = n // (before * f)
+    rows = x.numel() // n if n else 0
+    y = x.reshape(rows, n)
+    for f in reversed(_factors(n.bit_length() - 1)):
         h = _small_hadamard(f, x.dtype, str(x.device))
-        # [rows·before, f, after]: H_f acts on the middle axis (H_f symmetric)
-        y = torch.matmul(h, y.reshape(rows * before, f, after))
-        before *= f
-    return y.reshape(*batch, n)
+        y = (y.reshape(-1, f) @ h).reshape(rows, n // f, f).transpose(1, 2).contiguous()
+    return y.reshape(x.shape)
 
 
 class _FWHT(torch.autograd.Function):

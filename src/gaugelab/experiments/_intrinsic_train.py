@@ -1,0 +1,271 @@
+"""The intrinsic-dimension protocol's training: the digits pretrain and one trial.
+
+A trial is the full fine-tuning reference at one learning rate, or one ``(d, seed, lr)``
+subspace run: DID (``θ = θ₀ + P u``) or SAID (``θ_i = θ₀_i + λ_i R_i P(z)``, one group per
+layer, the scales inside ``d``) of the problem's MLP through
+:class:`gaugelab.lowrank.intrinsic.DIDReparameterization` /
+:class:`~gaugelab.lowrank.intrinsic.SAIDReparameterization`, trained with Adam on minibatches
+of the train split (stream seeded by the trial's seed, which also draws the projection), and
+scored by accuracy on the selection and evaluation splits after the last step. The base score
+is the same accuracy at ``u = 0`` (``θ₀``). Trials take seconds, so they keep no checkpoint: an
+interrupted one starts again from step 0.
+
+Source: seed 003 §0x02A (DID), §0x02E (SAID), §0x02J (the pseudocode); li2018intrinsic;
+aghajanyan2021intrinsic (head inside d).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from typing import Any
+
+import safetensors.torch
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gaugelab.determinism import deterministic
+from gaugelab.errors import NonFiniteError
+from gaugelab.experiments._intrinsic_spec import DigitsPretrainSpec, IntrinsicSpec
+from gaugelab.experiments._study import ArtifactError, verified_bytes
+from gaugelab.lowrank.intrinsic import (
+    DegenerateBudget,
+    DIDReparameterization,
+    SAIDReparameterization,
+    make_projection,
+)
+from gaugelab.study.runner import AdmissionError
+from gaugelab.tasks.digits import DigitsSplits, digits_splits
+
+__all__ = ["accuracy", "build_problem", "make_mlp", "train_pretrain", "train_trial"]
+
+FINETUNE_CLASSES = (5, 6, 7, 8, 9)
+
+
+def make_mlp(hidden: int, layers: int, n_out: int, seed: int, dtype: torch.dtype) -> nn.Sequential:
+    """``64 → hidden (tanh) → … → n_out``; weights and biases ``U(±1/√fan_in)`` from a
+    generator seeded ``seed`` (global RNG untouched)."""
+    sizes = [64] + [hidden] * layers + [n_out]
+    mods: list[nn.Module] = []
+    gen = torch.Generator().manual_seed(seed)
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+        lin = nn.Linear(a, b, dtype=dtype)
+        with torch.no_grad():
+            bound = 1 / math.sqrt(a)
+            lin.weight.copy_((torch.rand(b, a, generator=gen, dtype=dtype) * 2 - 1) * bound)
+            lin.bias.copy_((torch.rand(b, generator=gen, dtype=dtype) * 2 - 1) * bound)
+        mods.append(lin)
+        if i < layers:
+            mods.append(nn.Tanh())
+    return nn.Sequential(*mods)
+
+
+def accuracy(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> float:
+    """Fraction of ``data`` classified correctly (argmax of the logits)."""
+    with torch.no_grad():
+        x, y = data
+        return float((model(x).argmax(dim=-1) == y).double().mean())
+
+
+def _train(
+    model: nn.Module,
+    params: list[torch.Tensor],
+    data: DigitsSplits,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    label: str,
+    run: Any,
+) -> float:
+    """Adam on ``params``; returns the mean training loss of the last tenth of the steps."""
+    opt = torch.optim.Adam(params, lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    x, y = data.train
+    tail, count = 0.0, 0
+    for t in range(steps):
+        idx = torch.randint(0, x.shape[0], (batch,), generator=gen)
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        if not bool(torch.isfinite(loss)):
+            raise NonFiniteError(f"{label}: training loss {float(loss.detach())} at step {t + 1}")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if not all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None):
+            raise NonFiniteError(f"{label}: non-finite gradient at step {t + 1}")
+        opt.step()
+        if t >= steps - max(1, steps // 10):
+            tail, count = tail + float(loss.detach()), count + 1
+        if run is not None and ((t + 1) % 10 == 0 or t + 1 == steps):
+            run.progress(label, t + 1, steps)
+    return tail / count
+
+
+def _write_json(run: Any, name: str, data: dict[str, Any], kind: str) -> None:
+    path = run.directory / name
+    path.write_text(json.dumps(data, allow_nan=False, indent=1), encoding="utf-8")
+    run.artifact(path, kind)
+
+
+def train_pretrain(spec: DigitsPretrainSpec, run: Any = None) -> tuple[nn.Module, float]:
+    """Train the pretrain MLP on ``spec.classes``; with ``run``, record its weights and
+    ``result.json`` (selection and eval accuracy on those classes). Returns (model, eval
+    accuracy)."""
+    start = time.perf_counter()
+    with deterministic():
+        data = digits_splits(spec.classes, seed=spec.split_seed)
+        model = make_mlp(spec.hidden, spec.layers, len(spec.classes), spec.init_seed, torch.float32)
+        loss = _train(
+            model,
+            list(model.parameters()),
+            data,
+            spec.steps,
+            spec.batch_size,
+            spec.lr,
+            spec.data_seed,
+            "pretrain 0–4",
+            run,
+        )
+        scores = {"selection": accuracy(model, data.selection), "eval": accuracy(model, data.eval)}
+    if run is not None:
+        path = run.directory / "weights.safetensors"
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        safetensors.torch.save_file(state, str(path))
+        run.artifact(path, "weights")
+        _write_json(
+            run,
+            "result.json",
+            {
+                "accuracy": scores,
+                "train_loss": loss,
+                "data_sha256": data.sha256,
+                "seconds": time.perf_counter() - start,
+            },
+            "result",
+        )
+    return model, scores["eval"]
+
+
+def pretrain_weights(store: Any, spec: DigitsPretrainSpec) -> dict[str, torch.Tensor]:
+    """The verified state dict of the completed pretrain run of ``spec`` in ``store``.
+
+    Raises:
+        AdmissionError: not completed; ArtifactError: its weights file changed or is missing.
+    """
+    identity = spec.identity()
+    done = [a.ordinal for a in store.attempts(identity) if a.termination == "completed"]
+    if not done:
+        raise AdmissionError(
+            f"the digits pretrain run {identity[:12]} has not completed in "
+            f"{store.path}; run_intrinsic_dim runs it first"
+        )
+    found = [a for a in store.artifacts(identity) if a.kind == "weights" and a.ordinal == done[-1]]
+    if not found:
+        raise ArtifactError(f"the digits pretrain run {identity[:12]} recorded no weights file")
+    return safetensors.torch.load(verified_bytes(found[-1]))
+
+
+def build_problem(spec: IntrinsicSpec, store: Any = None) -> tuple[nn.Module, DigitsSplits]:
+    """θ₀ and the data of ``spec.problem``: ``scratch`` — the freshly initialized MLP and all
+    ten digits; ``finetune`` — the pretrained body (from the store) with a new head for digits
+    5–9 (relabelled 0–4) initialized from ``init_seed``."""
+    dtype = getattr(torch, spec.dtype)
+    if spec.problem == "scratch":
+        model = make_mlp(spec.hidden, spec.layers, 10, spec.init_seed, dtype)
+        return model, digits_splits(range(10), seed=spec.split_seed, dtype=dtype)
+    p = spec.pretrain
+    body = make_mlp(p.hidden, p.layers, len(p.classes), p.init_seed, torch.float32)
+    body.load_state_dict(pretrain_weights(store, p), strict=True)
+    fresh = make_mlp(p.hidden, p.layers, len(FINETUNE_CLASSES), spec.init_seed, torch.float32)
+    body[-1] = fresh[-1]  # the new head, counted inside d
+    return body.to(dtype), digits_splits(FINETUNE_CLASSES, seed=p.split_seed, dtype=dtype)
+
+
+def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
+    """Train this run's one trial (see the module docstring) and record ``result.json``.
+
+    Raises:
+        AdmissionError: finetune without its completed pretrain run.
+        NonFiniteError: a loss or gradient became NaN/inf.
+        ValueError: a SAID budget below the number of groups.
+    """
+    start = time.perf_counter()
+    with deterministic():
+        model, data = build_problem(spec, run.store if run is not None else None)
+        base = {"selection": accuracy(model, data.selection), "eval": accuracy(model, data.eval)}
+        D = sum(p.numel() for p in model.parameters())
+        out: dict[str, Any] = {
+            "role": spec.role,
+            "ambient_dim": D,
+            "base": base,
+            "data_sha256": data.sha256,
+            "status": "completed",
+        }
+        if spec.role == "full":
+            lr = spec.full_lrs[0]
+            label = f"full lr={lr:g}"
+            loss = _train(
+                model,
+                list(model.parameters()),
+                data,
+                spec.steps,
+                spec.batch_size,
+                lr,
+                0,
+                label,
+                run,
+            )
+            trained: nn.Module = model
+            out.update(lr=lr, ledger={"method": "full", "trainable": D})
+        else:
+            d, seed, lr = spec.dims[0], spec.seeds[0], spec.lrs[0]
+            dtype = getattr(torch, spec.dtype)
+            label = f"{spec.method} d={d} seed={seed} lr={lr:g}"
+            out.update(d=d, seed=seed, lr=lr)
+
+            def proj(D_: int, k: int) -> Any:
+                return make_projection(
+                    spec.family, D_, k, seed, dtype=dtype, normalization=spec.normalization
+                )
+
+            try:
+                if spec.method == "did":
+                    trained = DIDReparameterization(model, lambda D_: proj(D_, d))
+                else:
+                    trained = SAIDReparameterization(model, proj, d, groups="module")
+            except DegenerateBudget as exc:  # d = m: no update; reported, scored untrained
+                out.update(
+                    status="degenerate",
+                    message=str(exc),
+                    selection=base["selection"],
+                    eval=base["eval"],
+                    train_loss=None,
+                    ledger={"method": "SAID", "d": d, "shared": 0, "scales": exc.m},
+                    seconds=time.perf_counter() - start,
+                )
+                if run is not None:
+                    _write_json(run, "result.json", out, "result")
+                return out
+            loss = _train(
+                trained,
+                list(trained.parameters()),
+                data,
+                spec.steps,
+                spec.batch_size,
+                lr,
+                seed,
+                label,
+                run,
+            )
+            out.update(ledger=trained.ledger(), projection=trained.projection.identity.as_dict())
+        out.update(
+            selection=accuracy(trained, data.selection),
+            eval=accuracy(trained, data.eval),
+            train_loss=loss,
+            seconds=time.perf_counter() - start,
+        )
+    if run is not None:
+        _write_json(run, "result.json", out, "result")
+    return out
