@@ -61,21 +61,34 @@ def _shapes(model):
     }
 
 
-def _zero_product_factors(kind, shapes, r, gen):
-    """``path → (A [r, d_in], B [d_out, r])`` for one of the four mechanisms."""
+LIBRARY_INIT = {"standard": "standard", "reversed": "reversed", "both-zero": "zero"}
+"""Mechanism → the ``inject_lora`` initialisation family that realises it."""
+
+
+def _library_factors(base_state, spec, d_vocab, r, alpha, init, seed):
+    """``path → (A, B)`` drawn by ``inject_lora``'s own initialisation ``init``."""
+    from gaugelab.models import Transformer
+
+    model = Transformer(spec.transformer_config(d_vocab), dtype=torch.float32)
+    model.load_state_dict(base_state, strict=True)
+    layers = inject_lora(model, list(ALL_TARGETS), r, alpha, init=init, seed=seed)
+    return {k: (m.lora_A.detach().clone(), m.lora_B.detach().clone()) for k, m in layers.items()}
+
+
+def _zero_product_factors(kind, base_state, spec, d_vocab, r, alpha, seed):
+    """``path → (A [r, d_in], B [d_out, r])`` for one of the four mechanisms: the first three
+    are ``inject_lora``'s families; ``cancelling`` (not a family) takes the standard family's
+    random ``A`` and the reversed family's random ``B`` and gives them complementary latent
+    coordinates (``B`` uses ``[0, r/2)``, ``A`` only ``[r/2, r)``), so ``B A = 0``."""
+    if kind in LIBRARY_INIT:
+        return _library_factors(base_state, spec, d_vocab, r, alpha, LIBRARY_INIT[kind], seed)
+    std = _library_factors(base_state, spec, d_vocab, r, alpha, "standard", seed)
+    rev = _library_factors(base_state, spec, d_vocab, r, alpha, "reversed", seed)
     out = {}
-    for path, (d_out, d_in) in shapes.items():
-        A = torch.randn(r, d_in, generator=gen) / math.sqrt(d_in)
-        B = torch.randn(d_out, r, generator=gen) / math.sqrt(r)
-        if kind == "standard":
-            B = torch.zeros_like(B)
-        elif kind == "reversed":
-            A = torch.zeros_like(A)
-        elif kind == "both-zero":
-            A, B = torch.zeros_like(A), torch.zeros_like(B)
-        else:  # cancelling: B uses latent coordinates [0, r/2), A only [r/2, r)
-            B[:, r // 2 :] = 0
-            A[: r // 2] = 0
+    for path in std:
+        A, B = std[path][0].clone(), rev[path][1].clone()
+        B[:, r // 2 :] = 0
+        A[: r // 2] = 0
         out[path] = (A, B)
     return out
 
@@ -84,11 +97,10 @@ def part_a(base_state, spec, corpus, *, r, alpha, steps, eval_every, lr, seed):
     target = corpus.domain("target")
     gen_val = torch.Generator().manual_seed(spec.eval_seed)
     val = [target.get_batch("val", 32, gen_val) for _ in range(4)]
-    shapes = _shapes_of(base_state, spec, corpus)
     results = {}
     for kind in MECHANISMS:
         torch.manual_seed(seed)
-        factors = _zero_product_factors(kind, shapes, r, torch.Generator().manual_seed(seed))
+        factors = _zero_product_factors(kind, base_state, spec, corpus.d_vocab, r, alpha, seed)
         model = _adapted(base_state, spec, corpus.d_vocab, r, alpha, factors)
         layers = lora_modules(model)
         product0 = sum(float(m.delta_weight().detach().norm() ** 2) for m in layers.values()) ** 0.5
