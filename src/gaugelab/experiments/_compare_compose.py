@@ -1,0 +1,183 @@
+"""``compose_lora``: compose stored or folder adapters, write the PEFT result, and measure the
+rank ledger, the interference of every pair and — with base model and data — the validation
+losses of the composition against each adapter alone.
+
+Source: seed 003 §0x05 (composition), §0x05D (interference), §0x06L step 9 (target and
+retention before claiming compatibility); docs/commands/lora-compare.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from gaugelab.experiments._compare_sources import (
+    Found,
+    find,
+    losses,
+    merged_model,
+    open_store,
+    target_batches,
+)
+from gaugelab.experiments._lora_ladder import capture_inputs
+from gaugelab.lowrank.composition import ModuleLedger, compose_adapters, interference
+from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+
+__all__ = ["ComposeResult", "OutputInterference", "compose_lora"]
+
+
+@dataclass(frozen=True)
+class OutputInterference:
+    """Sampled-output interference of two sources in one module (``λ`` and ``s`` included)."""
+
+    module: str
+    first: int
+    second: int
+    cross_term: float
+    cosine: float
+    output_cross_term: float
+    output_cosine: float
+    n_samples: int
+
+
+@dataclass
+class ComposeResult:
+    """What :func:`compose_lora` did.
+
+    Attributes:
+        sources: each source's label; weights: ``λ_j``; method, rank: as asked.
+        out: the folder the PEFT adapter was written to.
+        ledger: one :class:`~gaugelab.lowrank.composition.ModuleLedger` per module.
+        outputs: sampled-output interference per module and pair (empty without data).
+        losses: model → ``{"target[j]": …, "retention": …}`` validation losses (nats/char)
+            of ``pretrained``, each source alone and ``composition``; ``target[j]`` is source
+            ``j``'s own target corpus (empty without base model and data).
+        notes: what was not computed, and why.
+    """
+
+    sources: list[str]
+    weights: tuple[float, ...]
+    method: str
+    rank: int | None
+    out: Path
+    ledger: list[ModuleLedger]
+    outputs: list[OutputInterference] = field(default_factory=list)
+    losses: dict[str, dict[str, float]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def compose_lora(
+    sources: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    store: str | os.PathLike[str] | RunStore = DEFAULT_STORE_PATH,
+    weights: Sequence[float] | None = None,
+    method: str = "cat",
+    rank: int | None = None,
+    seeds: Sequence[int | None] | None = None,
+    study: str | None = None,
+    evaluate: bool = True,
+    samples: int = 2,
+    allow_different_bases: bool = False,
+) -> ComposeResult:
+    """Compose adapters ``Σ λ_j s_j B_j A_j`` and write the result as a PEFT adapter.
+
+    Args:
+        sources: ``J ≥ 1`` adapters: PEFT folders, candidate labels (``lora r=4``) or
+            ``lora-finetune`` run identities (LoRA only: a dense update has no factors).
+        out: the folder to write (must not hold an adapter).
+        store, study: where runs are looked up.
+        weights: ``λ_j`` (default 1 each).
+        method, rank: ``cat`` (exact) or ``svd`` at ``rank``.
+        seeds: per source, which ensemble member (default each run's first).
+        evaluate: measure losses and sampled-output interference when every source's base
+            model and data are known (stored runs of one pretrain run).
+        samples: validation batches per target corpus whose activations feed the
+            sampled-output interference (each ``val_batch_size × block_size`` rows).
+
+    Returns:
+        :class:`ComposeResult`.
+
+    Raises:
+        ValueError: fewer sources than weights or seeds, a dense source, different bases, bad
+            method/rank (see :func:`gaugelab.lowrank.composition.compose_adapters`).
+        FileExistsError: ``out`` holds an adapter already (checked before composing).
+
+    Source:
+        seed 003 §0x05A–§0x05D, §0x05G.
+    """
+    func = "compose_lora"
+    if not sources:
+        raise ValueError(f"{func}: sources is empty; allowed: one or more adapters")
+    seeds = list(seeds) if seeds is not None else [None] * len(sources)
+    if len(seeds) != len(sources):
+        raise ValueError(f"{func}: {len(seeds)} seeds for {len(sources)} sources")
+    if Path(out).exists() and any(Path(out).iterdir()):
+        raise FileExistsError(f"{out} is not empty; composed adapters are never overwritten")
+    with open_store(store) as db:
+        pairs = zip(sources, seeds, strict=True)
+        found = [find(str(s), db, seed, study, func) for s, seed in pairs]
+    for f in found:
+        if f.source.adapter is None:
+            raise ValueError(
+                f"{func}: {f.label} is a {f.source.method} fine-tuning update, not an adapter; "
+                "allowed: LoRA adapters (folders or LoRA runs)"
+            )
+    adapters = [f.source.adapter for f in found]
+    composed = compose_adapters(adapters, weights, method=method, rank=rank,  # type: ignore[arg-type]
+                                allow_different_bases=allow_different_bases)  # fmt: skip
+    folder = composed.save(out)
+    result = ComposeResult([f.label for f in found], composed.weights, method, rank, folder,
+                           composed.ledger)  # fmt: skip
+    if not evaluate:
+        result.notes.append("losses and sampled-output interference: not asked for")
+        return result
+    unknown = [f.label for f in found if f.source.pretrain is None]
+    bases = {f.source.pretrain.identity() for f in found if f.source.pretrain is not None}
+    if unknown or len(bases) != 1:
+        why = f"no base model and data for {', '.join(unknown)}" if unknown else "several bases"
+        result.notes.append(f"losses and sampled-output interference: not computed ({why})")
+        return result
+    _evaluate(result, found, composed, samples)
+    return result
+
+
+def _evaluate(result: ComposeResult, found: list[Found], composed, samples: int) -> None:
+    batches = [target_batches(f) for f in found]
+    adapter = composed.adapter
+    modules = list(adapter.modules)
+    f64 = torch.float64
+
+    def measure(deltas: dict[str, torch.Tensor]) -> dict[str, float]:
+        model = merged_model(found[0], deltas)
+        out = {}
+        for j, b in enumerate(batches):
+            out[f"target[{j}]"] = losses(model, b)["target"]
+        out["retention"] = losses(model, batches[0])["retention"]
+        return out
+
+    result.losses["pretrained"] = measure({})
+    for f in found:
+        own = {m: f.source.adapter.delta_weight(m).to(f64) for m in f.source.adapter.modules}  # type: ignore[union-attr]
+        result.losses[f"{f.label} alone"] = measure(own)
+    result.losses["composition"] = measure({m: adapter.delta_weight(m).to(f64) for m in modules})
+    base = merged_model(found[0], {})
+    windows = [xy for b in batches for xy in b["target"][:samples]]
+    inputs = capture_inputs(base, modules, windows)
+    lam = result.weights
+    for m in modules:
+        present = [j for j, f in enumerate(found) if m in f.source.adapter.modules]  # type: ignore[union-attr]
+        for a, b in itertools.combinations(present, 2):
+            ma, mb = found[a].source.adapter.modules[m], found[b].source.adapter.modules[m]  # type: ignore[union-attr]
+            first = (ma.B.to(f64), ma.A.to(f64), lam[a] * ma.scale)
+            second = (mb.B.to(f64), mb.A.to(f64), lam[b] * mb.scale)
+            ia = interference(first, second, inputs[m])
+            result.outputs.append(OutputInterference(
+                m, a, b, ia.cross_term, ia.cosine, ia.output_cross_term,  # type: ignore[arg-type]
+                ia.output_cosine, ia.n_samples,  # type: ignore[arg-type]
+            ))  # fmt: skip

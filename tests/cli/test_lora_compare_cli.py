@@ -1,0 +1,107 @@
+"""gaugelab lora compare / compose on PEFT folders (the Typer sub-app, registered on a small app
+as cli/app.py registers it): tables printed, the report and the composed adapter written,
+bad options one-line errors naming the option, nothing overwritten."""
+
+import json
+
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from gaugelab.adapters import Adapter, AdapterModule
+from gaugelab.cli import lora, lora_compare
+from gaugelab.models import Transformer, TransformerConfig
+from gaugelab.models.lora import inject_lora
+from gaugelab.study.store import DEFAULT_STORE_PATH
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+app = typer.Typer()
+
+
+@app.callback()
+def _root() -> None:
+    """The test's root command."""
+
+
+lora.register(app)
+runner = CliRunner()
+SMALL = TransformerConfig(n_layers=1, d_model=8, n_heads=2, d_head=4, d_mlp=12, d_vocab=7, n_ctx=4)
+
+
+def invoke(*args):
+    return runner.invoke(app, ["lora", *map(str, args)], env={"COLUMNS": "250"})
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Two saved adapters (ranks 2 and 3, B ≠ 0) of one tiny Transformer, and the first again."""
+    root = tmp_path_factory.mktemp("adapters")
+    out = []
+    for seed, r in ((1, 2), (2, 3)):
+        model = Transformer(SMALL, seed=0, dtype=torch.float64)
+        inject_lora(model, ["q_proj", "fc_in"], r, 2.0 * r, init="gaussian", seed=seed)
+        made = Adapter.from_model(model, base_model_name_or_path="tiny")
+        gen = torch.Generator().manual_seed(seed)
+        modules = {p: AdapterModule(m.A, torch.randn(*m.B.shape, generator=gen,
+                                                     dtype=torch.float64), m.record)
+                   for p, m in made.modules.items()}  # fmt: skip
+        out.append(Adapter(modules, made.config).save(root / f"a{seed}"))
+    return out
+
+
+def test_default_store_is_the_study_store_default():
+    assert lora_compare.STORE == DEFAULT_STORE_PATH
+
+
+def test_compare_prints_both_spaces_and_writes_the_report(folders, tmp_path):
+    a, b = folders
+    result = invoke("compare", a, b, "--quick", "--out", tmp_path / "r", "--store",
+                    tmp_path / "none.sqlite")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "Update row space" in result.output and "Update column space" in result.output
+    assert "Update spans against factor spans" in result.output
+    assert (tmp_path / "r" / "report.html").exists() and (tmp_path / "r" / "phi-row.png").exists()
+    data = json.loads((tmp_path / "r" / "compare.json").read_text())
+    assert {m["module"] for m in data["modules"]} == {"blocks.0.attn.q_proj", "blocks.0.mlp.fc_in"}
+    again = invoke("compare", a, b, "--quick", "--out", tmp_path / "r")
+    assert again.exit_code != 0 and "already holds" in again.output
+
+
+def test_compose_writes_a_loadable_adapter_and_prints_the_ledger(folders, tmp_path):
+    a, b = folders
+    out = tmp_path / "composed"
+    result = invoke("compose", a, b, "--weights", "1,-0.5", "--out", out, "--quick",
+                    "--report-dir", tmp_path / "rep",
+                    "--store", tmp_path / "none.sqlite")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "Rank ledger of the composition (cat)" in result.output
+    assert "not computed" in result.output  # folders: no base model and data
+    composed, one, two = Adapter.load(out), Adapter.load(a), Adapter.load(b)
+    module = "blocks.0.attn.q_proj"
+    want = one.delta_weight(module) - 0.5 * two.delta_weight(module)
+    torch.testing.assert_close(composed.delta_weight(module), want, rtol=0, atol=1e-12)
+    assert composed.modules[module].r == 5  # 2 + 3, concatenated
+    svd = invoke("compose", a, b, "--method", "svd", "--rank", "2", "--out", tmp_path / "s",
+                 "--no-evaluate", "--no-report")  # fmt: skip
+    assert svd.exit_code == 0, svd.output
+    assert Adapter.load(tmp_path / "s").modules[module].r == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("compare", "{a}"), "give B or --against-full"),
+        (("compare", "{a}", "{b}", "--policy", "spectral"), "--policy 'spectral'"),
+        (("compose", "{a}", "{b}", "--weights", "1", "--out", "{tmp}/x"), "--weights has 1"),
+        (("compose", "{a}", "{b}", "--method", "svd", "--out", "{tmp}/y"), "needs rank"),
+    ],
+)
+def test_bad_options_are_one_line_errors(folders, tmp_path, args, message):
+    a, b = folders
+    filled = [x.format(a=a, b=b, tmp=tmp_path) for x in args]
+    result = invoke(*filled)
+    assert result.exit_code != 0
+    assert message in result.output, result.output
+    assert not (tmp_path / "x").exists()
