@@ -15,8 +15,9 @@ from gaugelab.experiments.lora_twins import (
     report,
     run_lora_twins,
 )
-from gaugelab.models import Transformer, TransformerConfig
+from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora, lora_modules
+from gaugelab.optim import make_optimizer
 from gaugelab.study.store import RunStore
 
 F64 = torch.float64
@@ -158,3 +159,57 @@ def test_plan_is_one_run_per_optimizer_in_a_named_study():
                                                           ).study == sweep.study  # fmt: skip
     with pytest.raises(ValueError, match="optimizers"):
         plan(LoraTwinSpec(), ["adam", "adam"])
+
+
+class _Run:
+    """The part of a run context train_members uses: a metric log, no checkpoints."""
+
+    def __init__(self):
+        self.logged = {}
+
+    def log(self, step, metrics):
+        self.logged.setdefault(step, {}).update(metrics)
+
+    def progress(self, *args):
+        pass
+
+    def resume(self):
+        return None
+
+
+@pytest.mark.parametrize("diagnostics", [False, True])
+def test_the_finetune_loop_logs_factor_diagnostics_only_when_given_a_factor_log(diagnostics):
+    from gaugelab.experiments._lora_data import eval_batches, load_corpus
+    from gaugelab.experiments._lora_train import Loop, lr_factor, train_members
+    from gaugelab.experiments._lora_twins_diagnostics import FactorLog
+    from gaugelab.experiments.lora import quick_spec
+
+    spec = quick_spec()
+    corpus = load_corpus(spec.pretrain.corpus)
+    members = []
+    for seed in (0, 1):
+        model = Transformer(spec.pretrain.transformer_config(corpus.d_vocab), seed=0)
+        inject_lora(model, ["q_proj"], 2, 4.0, seed=seed)
+        members.append(model)
+    ensemble = Ensemble(members)
+    trainable = [p for p in ensemble.parameters() if p.requires_grad]
+    opt = make_optimizer("adamw", trainable, lr=1e-2, weight_decay=0.0, member_dims=1)
+    streams = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    val = eval_batches(corpus, spec.pretrain)
+    loop = Loop(4, 0, 2, 2, 100, ("/seed=0", "/seed=1"), "t")
+    log = FactorLog(2.0, members={0: "/seed=0", 1: "/seed=1"}, every=2) if diagnostics else None
+    run = _Run()
+    train_members(ensemble, opt, streams, corpus, "target", val, loop, run, diagnostics=log)
+    names = {n for m in run.logged.values() for n in m}
+    diag = sorted(n for n in names if n.startswith("diag/"))
+    if not diagnostics:
+        assert diag == []  # off by default: the stored metrics are those of before
+        return
+    assert {s for s, m in run.logged.items() if any(n.startswith("diag/") for n in m)} == {2, 4}
+    name = "diag/blocks.0.attn.q_proj/seed=1/norm_B"
+    assert run.logged[2][name] > 0  # B moved off zero in the first updates
+    B = ensemble.stacked_parameters()["blocks.0.attn.q_proj.lora_B"]
+    assert run.logged[4][name] == pytest.approx(float(B[1].detach().double().norm()), rel=1e-12)
+    # the rate update 2 used: the peak times the schedule at t = 1 of 4 (no warm-up)
+    lr = run.logged[2]["diag/blocks.1.attn.q_proj/seed=0/lr_A"]
+    assert lr == pytest.approx(1e-2 * lr_factor(1, 4, 0), rel=1e-12)

@@ -109,6 +109,7 @@ def train_members(
     val: Batches,
     loop: Loop,
     run: Any = None,
+    diagnostics: Any = None,
 ) -> Curves:
     """Train every member on minibatches of ``domain``'s training split, one stream each.
 
@@ -119,6 +120,9 @@ def train_members(
         corpus, domain: the training text; val: :func:`eval_batches`.
         loop: the :class:`Loop`.
         run: a run context (logging, checkpoints, resume) or ``None``.
+        diagnostics: a :class:`gaugelab.experiments._lora_twins_diagnostics.FactorLog`: with
+            a run, the LoRA factors' §0x08L records are logged after the updates it selects
+            (``diag/<module><suffix>/…``); ``None`` (the default) logs none.
 
     Returns:
         The :class:`Curves` (steps 0, every ``eval_every``, and ``loop.steps``).
@@ -171,6 +175,7 @@ def train_members(
         factor = lr_factor(t, loop.steps, loop.warmup)
         for group, lr in zip(optimizer.param_groups, peak, strict=True):
             group["lr"] = lr * factor
+        previous = None if diagnostics is None else diagnostics.before(ensemble, t + 1)
         optimizer.zero_grad(set_to_none=True)
         logits = ensemble(x, member_inputs=True)  # [E, B, T, V]
         E = logits.shape[0]
@@ -183,6 +188,10 @@ def train_members(
         losses.sum().backward()
         optimizer.step()
         running += losses.detach().double()
+        if previous is not None and run is not None:
+            lr_now = optimizer.param_groups[0]["lr"]
+            run.log(t + 1, diagnostics.metrics(ensemble, optimizer, previous, t + 1,
+                                               losses.detach(), lr_now))  # fmt: skip
         if run is not None:
             run.progress(loop.label, t + 1, loop.steps)
     for group, lr in zip(optimizer.param_groups, peak, strict=True):
