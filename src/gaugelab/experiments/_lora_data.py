@@ -32,11 +32,12 @@ identity, so :func:`gaugelab.experiments.lora.inspect_lora` finds base model and
 Batches = dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
 
 
-@functools.lru_cache(maxsize=2)
-def load_corpus(spec: TwoDomainSpec) -> TwoDomainText:
+@functools.lru_cache(maxsize=4)
+def load_corpus(spec: TwoDomainSpec, vocabulary: tuple[str, ...] | None = None) -> TwoDomainText:
     """:class:`TwoDomainText` of ``spec``, read (and its digests checked) once per process:
-    the pretrain and every candidate of a study share it. Read-only."""
-    return TwoDomainText(spec)
+    the pretrain and every candidate of a study share it. Read-only. ``vocabulary``: encode
+    with these characters instead of the corpus's own (a fine-tuning ``target_corpus``)."""
+    return TwoDomainText(spec, vocabulary=vocabulary)
 
 
 def eval_batches(corpus: TwoDomainText, spec: PretrainSpec) -> Batches:

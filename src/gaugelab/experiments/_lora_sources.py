@@ -43,13 +43,14 @@ class Source:
     weights: dict[str, torch.Tensor] | None = None
     logged: dict[str, float] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    adapter: Adapter | None = None  # the adapter read (LoRA), with its configuration
 
 
 def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -> Source:
     factors = {m: (a.B, a.A, a.scale) for m, a in adapter.modules.items()}
     dtype = next(iter(adapter.modules.values())).A.dtype
     found = Source(source, kw.pop("label", "adapter"), "lora", kw.pop("seed", None), factors,
-                    {}, {}, dtype, **kw)  # fmt: skip
+                    {}, {}, dtype, **kw, adapter=adapter)  # fmt: skip
     if adapter.config.fan_in_fan_out:
         found.missing.append("fan_in_fan_out adapters are read as [d_out, d_in] updates")
     return found

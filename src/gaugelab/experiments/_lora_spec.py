@@ -179,6 +179,20 @@ class FinetuneSpec(ExperimentSpec):
     warmup: int = Field(50, ge=0, description="Steps of linear learning-rate warm-up.")
     eval_every: int = Field(100, ge=1, description="Steps between validation evaluations.")
     checkpoint_every: int = Field(200, ge=1, description="Steps between checkpoints.")
+    target_corpus: TwoDomainSpec | None = Field(
+        None,
+        description="Fine-tune on this corpus's target domain instead of the pretrain "
+        "corpus's (encoded with the pretrain vocabulary; same retention domain, chunking, "
+        "split seed and windows). None (default): the pretrain corpus's target; left out of "
+        "the identity then, so default runs keep their identities.",
+    )
+
+    def spec_dict(self) -> dict[str, Any]:
+        """The fields in JSON mode; ``target_corpus`` only when set (identity-preserving)."""
+        data = super().spec_dict()
+        if data.get("target_corpus") is None:
+            data.pop("target_corpus", None)
+        return data
 
     @field_validator("ranks", "seeds")
     @classmethod
@@ -203,6 +217,18 @@ class FinetuneSpec(ExperimentSpec):
         if self.init not in INITS or self.init == "given":
             allowed = ", ".join(i for i in INITS if i != "given")
             raise ValueError(f"FinetuneSpec: init={self.init!r}; allowed: {allowed}")
+        other = self.target_corpus
+        if other is not None:
+            fixed = ("retention", "val_fraction", "test_fraction", "n_chunks", "seed",
+                     "block_size")  # fmt: skip
+            base = self.pretrain.corpus
+            differ = [k for k in fixed if getattr(other, k) != getattr(base, k)]
+            if differ:
+                raise ValueError(
+                    f"FinetuneSpec: target_corpus differs from the pretrain corpus in {differ}; "
+                    "allowed: another target domain only (same retention text, chunking, "
+                    "split seed and windows)"
+                )
         resolved = resolve_targets(self.targets)
         if resolved != tuple(self.targets):
             raise ValueError(

@@ -316,6 +316,8 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
     with deterministic():
         corpus = load_corpus(spec.pretrain.corpus)
         base = base_model(spec.pretrain, weights, corpus.d_vocab)
+        if spec.target_corpus is not None:  # another target, the pretrain vocabulary
+            corpus = load_corpus(spec.target_corpus, vocabulary=corpus.chars)
         members = []
         for seed in spec.seeds:
             member = copy.deepcopy(base)

@@ -243,6 +243,9 @@ class TwoDomainText:
 
     Args:
         spec: a :class:`TwoDomainSpec` (e.g. from :func:`two_domain_spec`).
+        vocabulary: optional characters to encode with instead of the training splits' (e.g.
+            another corpus's ``chars``, so a model trained on it reads this text); default
+            ``None`` keeps the rule above.
 
     Attributes:
         spec: the spec; retention, target: the two :class:`DomainText`.
@@ -260,7 +263,7 @@ class TwoDomainText:
         karpathy2015char (character vocabulary, contiguous windows).
     """
 
-    def __init__(self, spec: TwoDomainSpec) -> None:
+    def __init__(self, spec: TwoDomainSpec, *, vocabulary: Sequence[str] | None = None) -> None:
         if not isinstance(spec, TwoDomainSpec):
             raise TypeError(f"TwoDomainText: spec={spec!r}; allowed: a TwoDomainSpec")
         self.spec = spec
@@ -276,7 +279,15 @@ class TwoDomainText:
         for name in DOMAINS:
             pieces = _chunks(texts[name], spec.n_chunks)
             train += [pieces[i] for i in layouts[name]["train"]]
-        vocab = _Vocabulary(torch.cat(train))
+        if vocabulary is None:
+            vocab = _Vocabulary(torch.cat(train))
+        else:  # another corpus's vocabulary: characters outside it are unknown, train too
+            chars = tuple(vocabulary)
+            if not chars or any(not isinstance(c, str) or len(c) != 1 for c in chars):
+                raise ValueError(
+                    f"TwoDomainText: vocabulary={vocabulary!r}; allowed: single characters"
+                )
+            vocab = _Vocabulary(_codepoints("".join(chars)))
         self.chars, self.unk_id, self.d_vocab = vocab.chars, vocab.unk_id, vocab.unk_id + 1
         retention, target = (DomainText(n, spec, texts[n], layouts[n], vocab) for n in DOMAINS)
         self.retention, self.target = retention, target
