@@ -33,6 +33,12 @@ def test_fixed_rank_dimension_agrees_across_shapes(m, n, r):
     d = geo.fixed_rank_dimension(m, n, r)
     assert d.via_subspaces == d.via_fibre == d.via_jacobian == r * (m + n - r)
     assert m * n == r * (m + n - r) + (m - r) * (n - r)
+    assert d.jacobian_method == "exact"
+
+
+def test_fixed_rank_dimension_large_shape_uses_the_svd():
+    d = geo.fixed_rank_dimension(12, 15, 4)
+    assert d.jacobian_method == "svd" and d.via_jacobian == d.via_fibre == 4 * (12 + 15 - 4)
 
 
 def test_jacobian_rank_16_nullity_4():

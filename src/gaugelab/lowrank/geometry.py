@@ -37,6 +37,7 @@ from ._geometry_projectors import (
 from ._rational import Matrix
 
 __all__ = [
+    "EXACT_JACOBIAN_LIMIT",
     "FixedRankDimension",
     "JacobianRank",
     "Matrix",
@@ -280,6 +281,10 @@ def jacobian_rank(B: Operand, A: Operand, tol: float | None = None) -> JacobianR
     return JacobianRank(rank, cols - rank, "svd", used)
 
 
+EXACT_JACOBIAN_LIMIT = 20_000
+"""Largest Jacobian (entries) whose rank :func:`fixed_rank_dimension` computes exactly."""
+
+
 @dataclass(frozen=True)
 class FixedRankDimension:
     """``dim R_{=r}`` three ways, and the ambient ledger of seed 003 §0x03I.
@@ -288,8 +293,11 @@ class FixedRankDimension:
         m, n, r: shape and rank.
         via_subspaces: ``r(m − r) + r(n − r) + r²`` (two Grassmannians and a core).
         via_fibre: ``r(m + n) − r²`` (factor coordinates minus the ``GL(r)`` fibre).
-        via_jacobian: the exact rank of ``J_φ`` at the full-rank point
-            ``B = [I_r; 0]``, ``A = [I_r 0]``.
+        via_jacobian: the rank of ``J_φ`` at the full-rank point ``B = [I_r; 0]``,
+            ``A = [I_r 0]`` — exact (fraction-free) when ``J`` has at most
+            :data:`EXACT_JACOBIAN_LIMIT` entries, else float64 SVD (the point's singular values
+            are 1 and √2, so the default tolerance cannot misjudge it).
+        jacobian_method: ``"exact"`` or ``"svd"``.
         ambient, factor, gauge, normal: ``m n``, ``r(m + n)``, ``r²``, ``(m − r)(n − r)``.
     """
 
@@ -299,6 +307,7 @@ class FixedRankDimension:
     via_subspaces: int
     via_fibre: int
     via_jacobian: int
+    jacobian_method: str
     ambient: int
     factor: int
     gauge: int
@@ -323,13 +332,17 @@ def fixed_rank_dimension(m: int, n: int, r: int) -> FixedRankDimension:
         )
     B = Matrix([[1 if i == j else 0 for j in range(r)] for i in range(m)])
     A = Matrix([[1 if i == j else 0 for j in range(n)] for i in range(r)])
+    if m * n * r * (m + n) > EXACT_JACOBIAN_LIMIT:
+        B, A = B.to_tensor(), A.to_tensor()
+    jac = jacobian_rank(B, A)
     return FixedRankDimension(
         m,
         n,
         r,
         r * (m - r) + r * (n - r) + r * r,
         r * (m + n) - r * r,
-        jacobian_rank(B, A).rank,
+        jac.rank,
+        jac.method,
         m * n,
         r * (m + n),
         r * r,
