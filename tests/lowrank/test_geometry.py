@@ -37,8 +37,8 @@ def test_fixed_rank_dimension_agrees_across_shapes(m, n, r):
 
 
 def test_fixed_rank_dimension_large_shape_uses_the_svd():
-    d = geo.fixed_rank_dimension(12, 15, 4)
-    assert d.jacobian_method == "svd" and d.via_jacobian == d.via_fibre == 4 * (12 + 15 - 4)
+    d = geo.fixed_rank_dimension(12, 16, 4)
+    assert d.jacobian_method == "svd" and d.via_jacobian == d.via_fibre == 4 * (12 + 16 - 4)
 
 
 def test_jacobian_rank_16_nullity_4():
