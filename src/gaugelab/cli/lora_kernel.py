@@ -60,7 +60,7 @@ def kernel(
     probes: Annotated[
         int | None, typer.Option(help="Output probes Q of the estimators (default 4).")
     ] = None,
-    gd_lr: Annotated[float | None, typer.Option(help="gd learning rate (default 0.3).")] = None,
+    gd_lr: Annotated[float | None, typer.Option(help="gd learning rate (default 0.5).")] = None,
     adam_lr: Annotated[
         float | None, typer.Option(help="adam learning rate (default 0.002).")
     ] = None,

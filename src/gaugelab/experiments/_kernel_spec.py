@@ -33,7 +33,7 @@ OPTIMIZERS: dict[str, str] = {"gd": "identity", "adam": "adam step t"}
 """The optimizers a kernel run accepts (zoo names) → the metric its kernels use: plain SGD
 (``gd``) the identity, Adam its preconditioner at the checkpoint (a declared approximation,
 :func:`gaugelab.lowrank.kernels.adam_metric`)."""
-LR: dict[str, float] = {"gd": 0.3, "adam": 2e-3}
+LR: dict[str, float] = {"gd": 0.5, "adam": 2e-3}
 """The protocol's learning rates (ours, chosen on the default corpus; constant)."""
 QUICK_KERNEL: dict[str, Any] = {"steps": 6, "batch_size": 4, "checkpoints": (0, 3, 6),
                                 "probe_examples": 4, "probes": 2, "val_batches": 1}  # fmt: skip
