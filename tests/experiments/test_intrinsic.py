@@ -85,3 +85,14 @@ def test_said_d_equal_m_is_a_degenerate_budget_and_finetune_counts_the_head(tmp_
     ]
     assert ledger["head"] == "inside d"
     assert ledger["ambient_dim"] == 64 * 16 + 16 + 16 * 16 + 16 + 16 * 5 + 5  # new 5-way head
+
+
+def test_character_model_is_a_third_problem_scored_by_next_character_accuracy(tmp_path):
+    spec = quick_spec(problem="char", dims=(16,), seeds=(0,), steps=20, layers=1)
+    result = run_intrinsic_dim(spec, store=tmp_path / "s.sqlite", write_report=False).result
+    (record,) = result.records
+    assert record.status == "completed" and 0 <= record.score <= 1
+    assert 0 < result.base_score < 0.1  # an untrained model: about one character in 65
+    # d_model 16, 1 block: embeddings 65·16 + 32·16, attention 4·16·16, MLP 2·16·32,
+    # two RMSNorm gains and the final one 3·16, unembedding 16·65
+    assert result.estimate.ledger["ambient_dim"] == 1040 + 512 + 1024 + 1024 + 48 + 1040

@@ -49,7 +49,8 @@ def intrinsic_dim(
         typer.Option(
             help="scratch: an MLP on all ten digits from its initialization (Li et al.); "
             "finetune: pretrained on digits 0–4, adapted to 5–9 with a new head counted in d "
-            "(Aghajanyan et al.)."
+            "(Aghajanyan et al.); char: a character Transformer on tiny-shakespeare, next-"
+            "character accuracy."
         ),
     ] = "scratch",
     method: Annotated[
@@ -63,7 +64,7 @@ def intrinsic_dim(
         typer.Option(help="Columns: unit-columns (default); qr for orthonormal; fastfood: 1/p."),
     ] = None,
     dims: Annotated[
-        str | None, typer.Option(help="Grid of d (default 10,20,…,1280; 8,32 with --quick).")
+        str | None, typer.Option(help="Grid of d (default 10,20,…,640; 8,32 with --quick).")
     ] = None,
     seeds: Annotated[str | None, typer.Option(help="Projection seeds (default 0,1,2).")] = None,
     lrs: Annotated[
@@ -72,7 +73,13 @@ def intrinsic_dim(
     full_lrs: Annotated[
         str | None, typer.Option(help="Full fine-tuning learning rates (the reference).")
     ] = None,
-    steps: Annotated[int | None, typer.Option(help="Adam steps per trial (default 600).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Adam steps per trial (default 400).")] = None,
+    hidden: Annotated[
+        int | None, typer.Option(help="Hidden width (scratch), d_model (char); default 64.")
+    ] = None,
+    layers: Annotated[
+        int | None, typer.Option(help="Hidden layers (scratch), blocks (char); default 2.")
+    ] = None,
     threshold: Annotated[
         str, typer.Option(help="historical (ratio · S_full) or normalized-gain (G_d ≥ τ).")
     ] = "historical",
@@ -141,8 +148,9 @@ def intrinsic_dim(
         ):
             if text is not None:
                 fields[name] = _numbers(text, OPTIONS[name], kind)
-        if steps is not None:
-            fields["steps"] = steps
+        for name, value in (("steps", steps), ("hidden", hidden), ("layers", layers)):
+            if value is not None:
+                fields[name] = value
         spec = quick_spec(**fields) if quick else IntrinsicSpec(**fields)
         sweep = plan(spec)
         total = len(sweep.specs())

@@ -21,10 +21,11 @@ from gaugelab.study.spec import ExperimentSpec
 
 __all__ = ["QUICK", "DigitsPretrainSpec", "IntrinsicSpec", "quick_spec"]
 
-PROBLEMS = ("scratch", "finetune")
+PROBLEMS = ("scratch", "finetune", "char")
 """``scratch``: the MLP on all ten digits from its initialization (li2018intrinsic);
 ``finetune``: the body pretrained on digits 0–4, a new head for 5–9, head inside ``d``
-(aghajanyan2021intrinsic)."""
+(aghajanyan2021intrinsic); ``char``: a causal character Transformer from its initialization on
+tiny-shakespeare, scored by next-character accuracy."""
 METHODS = ("did", "said")
 FAMILIES = ("dense", "orthonormal", "sparse", "fastfood")
 STUDY_ONLY = ("threshold", "threshold_value", "aggregator")
@@ -64,8 +65,10 @@ class IntrinsicSpec(ExperimentSpec):
 
     kind: ClassVar[str] = "intrinsic-dim"
 
-    problem: Literal["scratch", "finetune"] = Field(
-        "scratch", description="scratch (all ten digits) or finetune (0–4 pretrained → 5–9)."
+    problem: Literal["scratch", "finetune", "char"] = Field(
+        "scratch",
+        description="scratch (all ten digits), finetune (0–4 pretrained → 5–9) or char (a "
+        "character Transformer on tiny-shakespeare, next-character accuracy).",
     )
     method: Literal["did", "said"] = Field("did", description="DID or SAID (scales inside d).")
     family: Literal["dense", "orthonormal", "sparse", "fastfood"] = Field(
@@ -83,8 +86,10 @@ class IntrinsicSpec(ExperimentSpec):
     full_lrs: tuple[float, ...] = Field((1e-3, 3e-3), description="Full fine-tuning Adam lrs.")
     steps: int = Field(400, ge=1, description="Adam steps per trial.")
     batch_size: int = Field(64, ge=1, description="Images per minibatch.")
-    hidden: int = Field(64, ge=1, description="Width of each hidden layer (scratch).")
-    layers: int = Field(2, ge=1, description="Hidden layers (scratch).")
+    hidden: int = Field(
+        64, ge=2, description="Width of each hidden layer (scratch); d_model (char, even)."
+    )
+    layers: int = Field(2, ge=1, description="Hidden layers (scratch); blocks (char).")
     init_seed: int = Field(0, description="Seed of θ₀ (scratch) or of the new head (finetune).")
     split_seed: int = Field(0, description="Seed of the train/selection/eval split.")
     pretrain: DigitsPretrainSpec = Field(
@@ -123,6 +128,8 @@ class IntrinsicSpec(ExperimentSpec):
                 f"IntrinsicSpec: normalization={self.normalization!r} for family "
                 f"{self.family!r}; allowed: {', '.join(allowed)}"
             )
+        if self.problem == "char" and self.hidden % 2:
+            raise ValueError(f"IntrinsicSpec: hidden={self.hidden} for char; allowed: even")
         if self.role == "subspace" and (len(self.dims), len(self.seeds), len(self.lrs)) != (1,) * 3:
             raise ValueError("IntrinsicSpec: a subspace run holds one d, one seed and one lr")
         if self.role == "full" and len(self.full_lrs) != 1:

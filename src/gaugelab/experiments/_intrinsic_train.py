@@ -20,6 +20,8 @@ import itertools
 import json
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import safetensors.torch
@@ -40,7 +42,7 @@ from gaugelab.lowrank.intrinsic import (
 from gaugelab.study.runner import AdmissionError
 from gaugelab.tasks.digits import DigitsSplits, digits_splits
 
-__all__ = ["accuracy", "build_problem", "make_mlp", "train_pretrain", "train_trial"]
+__all__ = ["Problem", "accuracy", "build_problem", "make_mlp", "train_pretrain", "train_trial"]
 
 FINETUNE_CLASSES = (5, 6, 7, 8, 9)
 
@@ -63,17 +65,41 @@ def make_mlp(hidden: int, layers: int, n_out: int, seed: int, dtype: torch.dtype
     return nn.Sequential(*mods)
 
 
-def accuracy(model: nn.Module, data: tuple[torch.Tensor, torch.Tensor]) -> float:
-    """Fraction of ``data`` classified correctly (argmax of the logits)."""
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """θ₀ and the data of one problem.
+
+    Attributes:
+        model: the network at θ₀; sample: ``(generator, batch) → (x, y)`` a training minibatch;
+        selection, evaluation: fixed batches of the selection and evaluation splits;
+        sha256: the data's digest (recorded in every run).
+    """
+
+    model: nn.Module
+    sample: Callable[[torch.Generator, int], Batch]
+    selection: list[Batch]
+    evaluation: list[Batch]
+    sha256: str
+
+
+def accuracy(model: nn.Module, batches: list[Batch]) -> float:
+    """Fraction of targets predicted correctly (argmax of the logits) over ``batches``; for a
+    sequence model every position counts (next-character accuracy)."""
+    right = total = 0
     with torch.no_grad():
-        x, y = data
-        return float((model(x).argmax(dim=-1) == y).double().mean())
+        for x, y in batches:
+            right += int((model(x).argmax(dim=-1) == y).sum())
+            total += y.numel()
+    return right / total
 
 
 def _train(
     model: nn.Module,
     params: list[torch.Tensor],
-    data: DigitsSplits,
+    sample: Callable[[torch.Generator, int], Batch],
     steps: int,
     batch: int,
     lr: float,
@@ -84,11 +110,11 @@ def _train(
     """Adam on ``params``; returns the mean training loss of the last tenth of the steps."""
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    x, y = data.train
     tail, count = 0.0, 0
     for t in range(steps):
-        idx = torch.randint(0, x.shape[0], (batch,), generator=gen)
-        loss = F.cross_entropy(model(x[idx]), y[idx])
+        x, y = sample(gen, batch)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         if not bool(torch.isfinite(loss)):
             raise NonFiniteError(f"{label}: training loss {float(loss.detach())} at step {t + 1}")
         opt.zero_grad(set_to_none=True)
@@ -120,7 +146,7 @@ def train_pretrain(spec: DigitsPretrainSpec, run: Any = None) -> tuple[nn.Module
         loss = _train(
             model,
             list(model.parameters()),
-            data,
+            _digits_sampler(data),
             spec.steps,
             spec.batch_size,
             spec.lr,
@@ -128,7 +154,8 @@ def train_pretrain(spec: DigitsPretrainSpec, run: Any = None) -> tuple[nn.Module
             "pretrain 0–4",
             run,
         )
-        scores = {"selection": accuracy(model, data.selection), "eval": accuracy(model, data.eval)}
+        scores = {"selection": accuracy(model, [data.selection]),
+                  "eval": accuracy(model, [data.eval])}  # fmt: skip
     if run is not None:
         path = run.directory / "weights.safetensors"
         state = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -167,20 +194,72 @@ def pretrain_weights(store: Any, spec: DigitsPretrainSpec) -> dict[str, torch.Te
     return safetensors.torch.load(verified_bytes(found[-1]))
 
 
-def build_problem(spec: IntrinsicSpec, store: Any = None) -> tuple[nn.Module, DigitsSplits]:
+def _digits_sampler(data: DigitsSplits) -> Callable[[torch.Generator, int], Batch]:
+    x, y = data.train
+
+    def sample(gen: torch.Generator, batch: int) -> Batch:
+        idx = torch.randint(0, x.shape[0], (batch,), generator=gen)
+        return x[idx], y[idx]
+
+    return sample
+
+
+CHAR_BLOCK = 32
+"""Window length of the character problem (characters)."""
+
+
+def _char_problem(spec: IntrinsicSpec) -> Problem:
+    """A causal character Transformer (``layers`` blocks, ``d_model = hidden``, two heads) at
+    its initialization, on the packaged tiny-shakespeare: training windows from the train split;
+    the validation split cut in halves, four fixed batches of 64 windows from the first half
+    (selection) and from the second (evaluation), drawn from ``split_seed``."""
+    from gaugelab.models import Transformer, TransformerConfig
+    from gaugelab.tasks import CharText
+
+    text = CharText.tiny_shakespeare(block_size=CHAR_BLOCK)
+    config = TransformerConfig(
+        n_layers=spec.layers, d_model=spec.hidden, n_heads=2, d_head=spec.hidden // 2,
+        d_mlp=2 * spec.hidden, d_vocab=text.d_vocab, n_ctx=CHAR_BLOCK, act_fn="gelu",
+        normalization="rmsnorm", norm_placement="pre", positional="learned", causal=True,
+        init_std=0.02,
+    )  # fmt: skip
+    model = Transformer(config, seed=spec.init_seed, dtype=getattr(torch, spec.dtype))
+    val = text.data("val")
+    half = val.numel() // 2
+    gen = torch.Generator().manual_seed(spec.split_seed)
+    window = torch.arange(CHAR_BLOCK)
+
+    def fixed(part: torch.Tensor) -> list[Batch]:
+        out = []
+        for _ in range(4):
+            index = torch.randint(part.numel() - CHAR_BLOCK, (64, 1), generator=gen) + window
+            out.append((part[index], part[index + 1]))
+        return out
+
+    selection, evaluation = fixed(val[:half]), fixed(val[half:])
+    return Problem(model, lambda g, b: text.get_batch("train", b, g), selection, evaluation,
+                   text.sha256)  # fmt: skip
+
+
+def build_problem(spec: IntrinsicSpec, store: Any = None) -> Problem:
     """θ₀ and the data of ``spec.problem``: ``scratch`` — the freshly initialized MLP and all
     ten digits; ``finetune`` — the pretrained body (from the store) with a new head for digits
-    5–9 (relabelled 0–4) initialized from ``init_seed``."""
+    5–9 (relabelled 0–4) initialized from ``init_seed``; ``char`` — :func:`_char_problem`."""
+    if spec.problem == "char":
+        return _char_problem(spec)
     dtype = getattr(torch, spec.dtype)
     if spec.problem == "scratch":
         model = make_mlp(spec.hidden, spec.layers, 10, spec.init_seed, dtype)
-        return model, digits_splits(range(10), seed=spec.split_seed, dtype=dtype)
-    p = spec.pretrain
-    body = make_mlp(p.hidden, p.layers, len(p.classes), p.init_seed, torch.float32)
-    body.load_state_dict(pretrain_weights(store, p), strict=True)
-    fresh = make_mlp(p.hidden, p.layers, len(FINETUNE_CLASSES), spec.init_seed, torch.float32)
-    body[-1] = fresh[-1]  # the new head, counted inside d
-    return body.to(dtype), digits_splits(FINETUNE_CLASSES, seed=p.split_seed, dtype=dtype)
+        data = digits_splits(range(10), seed=spec.split_seed, dtype=dtype)
+    else:
+        p = spec.pretrain
+        model = make_mlp(p.hidden, p.layers, len(p.classes), p.init_seed, torch.float32)
+        model.load_state_dict(pretrain_weights(store, p), strict=True)
+        fresh = make_mlp(p.hidden, p.layers, len(FINETUNE_CLASSES), spec.init_seed, torch.float32)
+        model[-1] = fresh[-1]  # the new head, counted inside d
+        model = model.to(dtype)
+        data = digits_splits(FINETUNE_CLASSES, seed=p.split_seed, dtype=dtype)
+    return Problem(model, _digits_sampler(data), [data.selection], [data.eval], data.sha256)
 
 
 def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
@@ -193,14 +272,16 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
     """
     start = time.perf_counter()
     with deterministic():
-        model, data = build_problem(spec, run.store if run is not None else None)
-        base = {"selection": accuracy(model, data.selection), "eval": accuracy(model, data.eval)}
+        problem = build_problem(spec, run.store if run is not None else None)
+        model = problem.model
+        base = {"selection": accuracy(model, problem.selection),
+                "eval": accuracy(model, problem.evaluation)}  # fmt: skip
         D = sum(p.numel() for p in model.parameters())
         out: dict[str, Any] = {
             "role": spec.role,
             "ambient_dim": D,
             "base": base,
-            "data_sha256": data.sha256,
+            "data_sha256": problem.sha256,
             "status": "completed",
         }
         if spec.role == "full":
@@ -209,7 +290,7 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
             loss = _train(
                 model,
                 list(model.parameters()),
-                data,
+                problem.sample,
                 spec.steps,
                 spec.batch_size,
                 lr,
@@ -251,7 +332,7 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
             loss = _train(
                 trained,
                 list(trained.parameters()),
-                data,
+                problem.sample,
                 spec.steps,
                 spec.batch_size,
                 lr,
@@ -261,8 +342,8 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
             )
             out.update(ledger=trained.ledger(), projection=trained.projection.identity.as_dict())
         out.update(
-            selection=accuracy(trained, data.selection),
-            eval=accuracy(trained, data.eval),
+            selection=accuracy(trained, problem.selection),
+            eval=accuracy(trained, problem.evaluation),
             train_loss=loss,
             seconds=time.perf_counter() - start,
         )

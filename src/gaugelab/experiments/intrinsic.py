@@ -68,11 +68,11 @@ def plan(spec: IntrinsicSpec, study: str | None = None) -> Sweep:
     ``(d, seed, lr)`` (row-major in that order).
 
     Each run's spec resets what it does not read to the defaults (the threshold and aggregator,
-    the other role's grid; ``pretrain`` for ``scratch``), so a trial is the same stored run in
+    the other role's grid; ``pretrain`` unless ``finetune``), so a trial is the same stored run in
     every study that asks for it. The study is ``intrinsic-dim-<identity[:12]>`` unless given.
     """
     reset = {k: _default(k) for k in STUDY_ONLY}
-    if spec.problem == "scratch":
+    if spec.problem != "finetune":
         reset["pretrain"] = DigitsPretrainSpec().spec_dict()
     else:  # the body and its width come from the pretrain run
         reset.update(hidden=_default("hidden"), layers=_default("layers"))

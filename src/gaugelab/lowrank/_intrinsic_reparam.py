@@ -305,6 +305,11 @@ class SAIDReparameterization(_Subspace):
         proj = projection if isinstance(projection, Projection) else projection(D, ledger["shared"])
         self.projection = _resolve(proj, D, ledger["shared"], "SAIDReparameterization")
         dtype = self.theta0.dtype
+        if self.projection.dtype != dtype:
+            raise ValueError(
+                f"SAIDReparameterization: projection dtype {self.projection.dtype} ≠ parameter "
+                f"dtype {dtype}"
+            )
         index = torch.empty(D, dtype=torch.long)
         for i, members in enumerate(self.groups):
             for name in members:
