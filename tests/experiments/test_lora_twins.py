@@ -75,15 +75,13 @@ def test_the_base_adapters_factor_diagnostics_are_logged_at_every_checkpoint(stu
         norm = db.metrics(run, name="diag/blocks.0.attn.q_proj/norm_B")
         lr = db.metrics(run, name="diag/blocks.0.attn.q_proj/lr_A")
     assert [m.step for m in norm] == [1, 2, 6] and all(m.value > 0 for m in norm)
-    assert {m.value for m in lr} == {0.5}
+    assert {m.value for m in lr} == {0.2}  # DEFAULT_LR["sgd"], written into the run spec by plan
     assert "diag/blocks.1.mlp.fc_out/update_change" in names
     assert "diag/blocks.0.attn.q_proj/sigma/3" in names  # rank 4: four singular values
 
 
-def test_rerunning_reuses_the_stored_runs_and_the_report_is_written_once(study, tmp_path):
-    store, outcome = study
-    again = run_lora_twins(quick_twin_spec(), store=store, write_report=False)
-    assert len(again.sweep.skipped) == 1 + len(LORA_TWIN_OPTIMIZERS)  # pretrain + every twin run
+def test_the_study_reads_back_from_the_store_and_the_report_is_written_once(study, tmp_path):
+    store, outcome = study  # reuse of stored runs: tests/cli/test_lora_twins_cli.py
     with RunStore(store, create=False) as db:
         result = collect(db, outcome.study)
     path = report(result, tmp_path / "r")
@@ -154,7 +152,8 @@ def test_bad_specs_are_rejected_naming_the_field(fields, match):
 
 def test_plan_is_one_run_per_optimizer_in_a_named_study():
     sweep = plan(LoraTwinSpec(), ["adam", "scaled-gd"])
-    assert [s.optimizer for s in sweep.specs()] == ["adam", "scaled-gd"]
+    assert [(s.optimizer, s.lr) for s in sweep.specs()] == [("adam", 5e-3), ("scaled-gd", 0.05)]
+    assert [s.lr for s in plan(LoraTwinSpec(lr=0.1), ["adam", "sgd"]).specs()] == [0.1, 0.1]
     assert sweep.study.startswith("lora-twins-") and plan(LoraTwinSpec(), ["adam", "scaled-gd"]
                                                           ).study == sweep.study  # fmt: skip
     with pytest.raises(ValueError, match="optimizers"):

@@ -49,13 +49,15 @@ and ``scalar-adam`` (one pooled second moment per member over every factor)."""
 
 DEFAULT_LR: dict[str, float] = {
     "adam": LORA_LR,
-    "sgd": 0.5,
-    "sgd-compensated": 0.5,
+    "sgd": 0.2,
+    "sgd-compensated": 0.2,
     "scaled-gd": 0.05,
     "scalar-adam": LORA_LR,
 }
-"""The protocol's learning rate of each optimizer (ours: a stable rate on the default model, in
-which the base adapter's target validation loss falls over the twin phase)."""
+"""The protocol's learning rate of each optimizer (ours: on the default model the base adapter's
+target validation loss falls over the twin phase at each; SGD at 0.5 overshot at step 2).
+:func:`gaugelab.experiments.lora_twins.plan` writes it into every run's spec, so a run's
+identity names the rate it trained with."""
 
 TWIN_NAMES: tuple[str, ...] = ("base", "gauge", "scalar", "identity", "noise")
 """The members, in ensemble order: the base adapter; the GL(r) gauge twin ``(B G, G⁻¹ A)``; the

@@ -71,7 +71,9 @@ def plan(
     *,
     study: str | None = None,
 ) -> Sweep:
-    """One twin run per optimizer around ``spec`` (its ``optimizer`` field replaced).
+    """One twin run per optimizer around ``spec`` (its ``optimizer`` field replaced, and its
+    ``lr`` set to ``spec.lr`` or, when that is ``None``, the optimizer's :data:`DEFAULT_LR`, so
+    every run's identity names its rate).
 
     The study is named ``lora-twins-<10 hex of a digest of the spec's identity and the
     optimizers>`` unless ``study`` is given, so the same request always lands in the same
@@ -92,7 +94,8 @@ def plan(
         )
     key = json.dumps([spec.identity(), optimizers])
     name = study or f"lora-twins-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
-    return Sweep(spec, grid={"optimizer": optimizers}, name=name)
+    variants = [{"optimizer": o, "lr": spec.lr or DEFAULT_LR[o]} for o in optimizers]
+    return Sweep(spec, variants=variants, name=name)
 
 
 def tables(result: LoraTwinsResult) -> list[Table]:
