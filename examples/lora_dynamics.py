@@ -28,6 +28,7 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
+import safetensors
 import safetensors.torch
 import torch
 
@@ -278,16 +279,24 @@ def main() -> None:
             checkpoint_every=10**6,
         )
         args.steps, args.seeds = 10, 2
-    cache = Path(args.base_cache) if args.base_cache else None
-    if cache is not None and cache.exists() and not args.quick:
-        base_state = safetensors.torch.load_file(str(cache))  # our own file, no pickle
+    cache = Path(args.base_cache) if args.base_cache and not args.quick else None
+    identity = spec.identity()  # the cache is used only for the same pretrain spec
+    cached = None
+    if cache is not None and cache.exists():
+        with safetensors.safe_open(str(cache), framework="pt") as f:  # no pickle
+            if (f.metadata() or {}).get("pretrain_identity") == identity:
+                cached = {k: f.get_tensor(k) for k in f.keys()}
+    if cached is not None:
+        base_state, how = cached, f"read from {cache}"
     else:
         model, _curves = train_pretrain(spec)
         base_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        if cache is not None and not args.quick:
-            safetensors.torch.save_file(base_state, str(cache))
+        how = f"pretrained {spec.steps} steps"
+        if cache is not None:
+            metadata = {"pretrain_identity": identity}
+            safetensors.torch.save_file(base_state, str(cache), metadata=metadata)
     corpus = TwoDomainText(spec.corpus)
-    print(f"pretrained {spec.steps} steps in {time.perf_counter() - start:.0f}s", flush=True)
+    print(f"base model {how} ({time.perf_counter() - start:.0f}s)", flush=True)
     a = (
         None
         if "a" not in args.parts
