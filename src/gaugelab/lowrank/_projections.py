@@ -164,6 +164,7 @@ class MatrixProjection(Projection):
     Args:
         matrix: ``[D, d]`` float32/float64 tensor with ``d <= D`` (copied).
         family, seed, normalization: the identity's fields (for the dense families).
+        copy: copy ``matrix`` (default); ``False`` takes it over (it must not change later).
 
     Raises:
         ValueError: not a floating-point matrix with ``1 <= d <= D``, or non-finite entries.
@@ -176,6 +177,7 @@ class MatrixProjection(Projection):
         family: str = "given",
         seed: int | None = None,
         normalization: str = "none",
+        copy: bool = True,
     ) -> None:
         if matrix.dim() != 2:
             raise ValueError(
@@ -185,7 +187,7 @@ class MatrixProjection(Projection):
         D, d = check_dims("MatrixProjection", int(matrix.shape[0]), int(matrix.shape[1]))
         if not bool(torch.isfinite(matrix).all()):
             raise ValueError("MatrixProjection: matrix has non-finite entries")
-        self.M = matrix.detach().clone()
+        self.M = matrix.detach().clone() if copy else matrix.detach()
         dtype = str(matrix.dtype).removeprefix("torch.")
         self.identity = ProjectionIdentity(family, D, d, seed, normalization, dtype)
 
@@ -252,7 +254,7 @@ class DenseProjection(MatrixProjection):
         else:
             M /= math.sqrt(D)
         family = "orthonormal" if normalization == "qr" else "dense"
-        super().__init__(M, family=family, seed=seed, normalization=normalization)
+        super().__init__(M, family=family, seed=seed, normalization=normalization, copy=False)
 
 
 SPARSE_NORMALIZATIONS = ("unit-columns", "expected-unit")
