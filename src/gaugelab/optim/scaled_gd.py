@@ -158,10 +158,6 @@ class ScaledGD(ZooOptimizer):
                 p.sub_(direction, alpha=lr)
         return loss
 
-    def _update_group(self, group: dict, params: list[torch.Tensor]) -> None:
-        for p, direction, lr in self._directions(group):
-            p.sub_(direction, alpha=lr)
-
     def _directions(self, group: dict) -> list[tuple[torch.Tensor, torch.Tensor, float]]:
         """``(parameter, preconditioned gradient, lr)`` of every factor with a gradient."""
         lr, damping, layout = group["lr"], group["damping"], group["factors"]
