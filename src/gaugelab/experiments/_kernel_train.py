@@ -202,8 +202,11 @@ def _diagnose(spec: KernelSpec, paths: list[_Path], step: int, val, optimizer: s
             gap = float(torch.linalg.vector_norm((nonlinear_F - f_lin).double()))
             row["prediction_gap"] = gap / max(change, EPS)
         for key in ("r_lin", "d_j", "d_k", "a_k", "target", "retention"):
-            if math.isfinite(row[key]):
-                metrics[f"{key}/{path.name}"] = row[key]
+            if not math.isfinite(row[key]):
+                raise NonFiniteError(
+                    f"kernel {optimizer}: path {path.name}: {key} = {row[key]} at step {step}"
+                )
+            metrics[f"{key}/{path.name}"] = row[key]
         path.rows.append(row)
     if run is not None:
         run.log(step, metrics)

@@ -214,7 +214,8 @@ class KernelProbes:
             The :class:`KernelEstimate`.
 
         Raises:
-            ValueError: ``theta_t`` has other parameters than ``θ_0``.
+            ValueError: ``theta_t`` has other parameters than ``θ_0``, or ``F(θ_t)`` is not
+                finite.
         """
         if set(theta_t) != set(self.theta0):
             raise ValueError(
@@ -231,6 +232,8 @@ class KernelProbes:
         F_lin = self.F0 + jv.detach()
         with torch.no_grad():
             Ft = out(theta_t).detach()
+        if not bool(torch.isfinite(Ft).all()):
+            raise ValueError("KernelProbes.estimate: F(theta_t) has non-finite entries")
         change = math.sqrt(_norm2(Ft - self.F0))
         r_lin = math.sqrt(_norm2(Ft - F_lin)) / max(change, eps)
         K0_z = self.base_kernel_products(base_metric)
