@@ -205,7 +205,7 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="dB"):
         geo.factor_map_differential(B, A, A, A)
     with pytest.raises(ValueError, match="tol"):
-        geo.numerical_rank(torch.eye(3, dtype=torch.float64), tol=-1.0)
+        geo.svd_rank(torch.eye(3, dtype=torch.float64), tol=-1.0)
     with pytest.raises(ValueError, match="2-D"):
         geo.factor_map_jacobian(
             torch.zeros(2, 4, 2, dtype=torch.float64), torch.zeros(2, 2, 6, dtype=torch.float64)
@@ -218,7 +218,7 @@ def test_fraction_free_rank_agrees_with_float64_svd_on_integer_matrices(seed):
     low = torch.randint(-3, 4, (6, 2), generator=gen) @ torch.randint(-3, 4, (2, 5), generator=gen)
     X = low + seed * torch.eye(6, 5, dtype=torch.long)  # rank 2 at seed 0, higher after
     exact = M(X.tolist())
-    assert geo.exact_rank(exact) == geo.numerical_rank(X.double())[0]
+    assert geo.exact_rank(exact) == geo.svd_rank(X.double())[0]
     assert geo.exact_rank(exact) == exact.rref()[0].rank() == len(exact.rref()[1])
 
 

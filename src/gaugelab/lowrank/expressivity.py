@@ -30,7 +30,7 @@ from ._expressivity_deep import (
     deep_lora_parameters,
 )
 from ._rational import Matrix
-from .geometry import numerical_rank
+from .geometry import svd_rank
 
 __all__ = [
     "CLAIMS",
@@ -63,7 +63,7 @@ def _int(where: str, name: str, v: object, low: int = 0) -> int:
 
 
 def _rank(E: Operand) -> int:
-    return E.rank() if isinstance(E, Matrix) else numerical_rank(E)[0]
+    return E.rank() if isinstance(E, Matrix) else svd_rank(E)[0]
 
 
 def exact_adapter_rank(E: Operand) -> int:

@@ -52,8 +52,8 @@ __all__ = [
     "jacobian_rank",
     "normal_project",
     "normal_projector_operator",
-    "numerical_rank",
     "orthogonal_projectors",
+    "svd_rank",
     "tangent_project",
     "tangent_projector_operator",
     "unflatten_factors",
@@ -200,7 +200,7 @@ def exact_rank(matrix: Matrix) -> int:
 
     Raises:
         TypeError: ``matrix`` is not a :class:`~gaugelab.lowrank._rational.Matrix` (use
-            :func:`numerical_rank` for floats, with a stated tolerance).
+            :func:`svd_rank` for floats, with a stated tolerance).
 
     Source: seed 003 §0x03L ("exact rational elimination rather than a floating-point rank
     tolerance"); Bareiss 1968.
@@ -208,13 +208,15 @@ def exact_rank(matrix: Matrix) -> int:
     if not isinstance(matrix, Matrix):
         raise TypeError(
             f"exact_rank: matrix is {type(matrix).__name__}; allowed: a gaugelab Matrix of "
-            "rationals (numerical_rank takes float tensors with a tolerance)"
+            "rationals (svd_rank takes float tensors with a tolerance)"
         )
     return matrix.rank()
 
 
-def numerical_rank(matrix: torch.Tensor, tol: float | None = None) -> tuple[int, float]:
-    """The numerical rank ``#{σ_i > tol}`` of a float matrix, and the tolerance used.
+def svd_rank(matrix: torch.Tensor, tol: float | None = None) -> tuple[int, float]:
+    """The numerical rank ``#{σ_i > tol}`` of a float matrix by SVD, and the tolerance used
+    (for a full :class:`~gaugelab.lowrank.ranks.RankReport` use
+    :func:`gaugelab.lowrank.ranks.numerical_rank`).
 
     Args:
         matrix: ``[p, q]`` floating tensor, finite.
@@ -230,14 +232,14 @@ def numerical_rank(matrix: torch.Tensor, tol: float | None = None) -> tuple[int,
     Source: seed 003 §0x03L ("later empirical rank diagnostics must name their numerical
     threshold separately").
     """
-    _two_d("numerical_rank", matrix=matrix)
+    _two_d("svd_rank", matrix=matrix)
     s = torch.linalg.svdvals(matrix)
     if tol is None:
         tol = (
             max(matrix.shape) * torch.finfo(matrix.dtype).eps * (float(s[0]) if s.numel() else 0.0)
         )
     if tol < 0:
-        raise ValueError(f"numerical_rank: tol={tol!r}; allowed: tol >= 0")
+        raise ValueError(f"svd_rank: tol={tol!r}; allowed: tol >= 0")
     return int((s > tol).sum()), float(tol)
 
 
@@ -266,7 +268,7 @@ def jacobian_rank(B: Operand, A: Operand, tol: float | None = None) -> JacobianR
 
     Args:
         B: ``[m, r]``; A: ``[r, n]``; tol: SVD threshold for tensors (see
-            :func:`numerical_rank`); must be ``None`` for exact operands.
+            :func:`svd_rank`); must be ``None`` for exact operands.
 
     Source: seed 003 §0x03F, §0x03J (``16`` → ``8`` on the 4×6, r = 2 fixture).
     """
@@ -277,7 +279,7 @@ def jacobian_rank(B: Operand, A: Operand, tol: float | None = None) -> JacobianR
             raise ValueError("jacobian_rank: tol given for exact operands; allowed: tol=None")
         rank = J.rank()
         return JacobianRank(rank, cols - rank, "exact", None)
-    rank, used = numerical_rank(J, tol)
+    rank, used = svd_rank(J, tol)
     return JacobianRank(rank, cols - rank, "svd", used)
 
 
