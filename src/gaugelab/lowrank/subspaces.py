@@ -155,6 +155,7 @@ def update_bases(
     rho: float = 0.99,
     computed_in: torch.dtype | None = None,
     matrix_id: str = "update",
+    factor_spans: bool = True,
 ) -> UpdateBases:
     """Row and column bases of an update, by a declared rank policy, in factor space.
 
@@ -170,6 +171,8 @@ def update_bases(
         rho: the energy policy's fraction, in ``(0, 1]``.
         computed_in: the dtype the update was produced in (sets the default ``rtol``).
         matrix_id: the update's id in the rank report.
+        factor_spans: also the factors' own spans (an SVD of ``B`` and of ``A``); ``False``
+            leaves them ``None``.
 
     Returns:
         :class:`UpdateBases` in ``x``'s dtype (float32 for half precision).
@@ -192,7 +195,7 @@ def update_bases(
     members = report if isinstance(report, tuple) else (report,)
     rank = torch.tensor([int(r.value) for r in members], dtype=torch.long).reshape(sp.batch)
     extra = {}
-    if update.B is not None:
+    if update.B is not None and factor_spans:
         work = S.dtype
         fc, fc_rank = _factor_span(update.B.to(work), left=True)  # type: ignore[union-attr]
         fr, fr_rank = _factor_span(update.A.to(work), left=False)  # type: ignore[union-attr]
@@ -231,6 +234,7 @@ def compare_updates(
     rtol: float | None = None,
     rho: float = 0.99,
     computed_in: torch.dtype | None = None,
+    factor_spans: bool = True,
 ) -> SubspaceReport:
     """Row- and column-space principal angles and overlaps of two updates of one shape.
 
@@ -240,6 +244,7 @@ def compare_updates(
             fine).
         policy, rtol, rho, computed_in: the rank policy, applied to each update
             (:func:`update_bases`).
+        factor_spans: also compare the factors' own spans (``factor_row``/``factor_column``).
 
     Returns:
         :class:`SubspaceReport`.
@@ -252,7 +257,8 @@ def compare_updates(
         seed 003 §0x06K, §0x06L (steps 2–7), §0x06F (both sides), §0x06J (factor spans).
     """
     func = "compare_updates"
-    kw = dict(policy=policy, rtol=rtol, rho=rho, computed_in=computed_in)
+    kw = dict(policy=policy, rtol=rtol, rho=rho, computed_in=computed_in,
+              factor_spans=factor_spans)  # fmt: skip
     b_s = update_bases(x_s, matrix_id="S", **kw)
     b_t = update_bases(x_t, matrix_id="T", **kw)
     if b_s.row.shape[:-1] != b_t.row.shape[:-1] or b_s.column.shape[:-1] != b_t.column.shape[:-1]:
