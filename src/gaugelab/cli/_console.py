@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.cells import cell_len
@@ -28,9 +28,10 @@ from rich.text import Text
 
 from gaugelab.cli._errors import RESUME, check_location, environment_message, fail, interrupted
 from gaugelab.errors import NonFiniteError
-from gaugelab.experiments._study import StudyOutcome
 from gaugelab.study.report import Table, format_number
-from gaugelab.study.store import RunStore, StoreError
+
+if TYPE_CHECKING:
+    from gaugelab.experiments._study import StudyOutcome
 
 PROGRESS_INTERVAL = 5.0
 """Seconds between two progress lines when stdout is not a terminal."""
@@ -296,6 +297,8 @@ def run_with_bars(
     read-only folder), which for a full disk says that the runs are kept and how to write the
     report of ``study_name`` later; Ctrl-C prints how many runs completed and exits 130.
     """
+    from gaugelab.study.store import RunStore, StoreError  # the store, only when a study runs
+
     store = options.get("store")
     paths = {"--out": options.get("report_dir"), "--store": store}
     bars: RunBars | LineProgress | None = None

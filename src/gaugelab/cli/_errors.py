@@ -18,12 +18,12 @@ import functools
 import os
 import re
 import sqlite3
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
-from pydantic import ValidationError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,12 +42,19 @@ def fail(error: str | Exception, options: Mapping[str, str] | None = None) -> ty
             clauses about those fields name the option and the value given
             (see :func:`option_message`).
     """
-    if isinstance(error, ValidationError):
+    if _is_validation_error(error):
         message = "; ".join(_field_clause(e, options or {}) for e in error.errors())
     else:
         message = option_message(str(error), options or {})
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code=2)
+
+
+def _is_validation_error(error: object) -> bool:
+    """Whether ``error`` is a pydantic ``ValidationError``. Only a module that imported pydantic
+    can raise one, so pydantic is not imported for the check (``gaugelab --help`` stays fast)."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(error, pydantic.ValidationError)
 
 
 def option_message(message: str, options: Mapping[str, str]) -> str:

@@ -14,8 +14,6 @@ becoming the result. ``gaugelab bench`` pins torch (and any process it starts) t
 threads, 1 by default, as the experiments run.
 """
 
-from __future__ import annotations
-
 import contextlib
 import importlib.util
 import os
@@ -28,7 +26,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Annotated
 
-import torch
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -41,6 +38,8 @@ from gaugelab.cli._errors import fail
 
 def matmul_rate(number: int = 20, size: int = 1024) -> float:
     """This machine's fp32 matmul rate now, in GFLOP/s (best of 3 repeats of ``number``)."""
+    import torch  # here, not at the top: `gaugelab --help` imports this module
+
     a, b = torch.randn(size, size), torch.randn(size, size)
     best = min(timeit.repeat(lambda: a @ b, number=number, repeat=3)) / number
     return 2 * size**3 / best / 1e9
@@ -165,6 +164,8 @@ def pinned_threads(threads: int) -> Iterator[None]:
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"--threads {threads!r}; allowed: an integer >= 1")
+    import torch
+
     before = torch.get_num_threads()
     names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
     saved = {name: os.environ.get(name) for name in names}

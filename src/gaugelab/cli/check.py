@@ -1,42 +1,40 @@
 """``gaugelab check OPTIMIZER``: certify gauge equivariance with the twin triplet."""
 
-from __future__ import annotations
-
 import ast
-from typing import Annotated
+from typing import Annotated, Any
 
-import torch
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from gaugelab.cli._console import working
+from gaugelab.cli._defaults import GROUP_NAMES, PROBLEM_NAMES
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.equivariance import check_equivariance
-from gaugelab.equivariance.problems import PROBLEMS
-from gaugelab.equivariance.verdicts import (
-    BREAKS,
-    EQUIVARIANT,
-    INCONCLUSIVE,
-    NONDETERMINISTIC,
-    PRECISION_LIMITED,
-)
 from gaugelab.errors import NonFiniteError
-from gaugelab.gauge import GROUPS
 
 console = Console()
 
-_DTYPES = {"float64": torch.float64, "float32": torch.float32}
+DTYPES = ("float64", "float32")
 OPTIONS = {name: f"--{name}" for name in ("group", "problem", "steps", "draws", "dtype", "seed")}
 """check_equivariance's arguments → the options that set them (for its error messages)."""
 _OBJECTS = {"attention": "logits / QK invariants"}
-_VERDICT_STYLE = {
-    EQUIVARIANT: "bold green",
-    BREAKS: "bold red",
-    PRECISION_LIMITED: "bold yellow",
-    NONDETERMINISTIC: "bold magenta",
-    INCONCLUSIVE: "bold",
-}
+
+
+def _verdict_styles() -> dict[str, str]:
+    """Verdict → its style (the verdicts module is loaded by then: the check imported it)."""
+    from gaugelab.equivariance import verdicts as v
+
+    return {v.EQUIVARIANT: "bold green", v.BREAKS: "bold red",
+            v.PRECISION_LIMITED: "bold yellow", v.NONDETERMINISTIC: "bold magenta",
+            v.INCONCLUSIVE: "bold"}  # fmt: skip
+
+
+def check_equivariance(optimizer: str, **options: Any) -> Any:
+    """:func:`gaugelab.equivariance.check_equivariance`, imported on the first check (it
+    imports torch and scipy, which ``gaugelab --help`` must not)."""
+    from gaugelab.equivariance import check_equivariance as check_now
+
+    return check_now(optimizer, **options)
 
 
 def _parse_opt(items: list[str]) -> dict:
@@ -63,7 +61,7 @@ def check(
         ),
     ],
     group: Annotated[
-        str, typer.Option(help=f"Gauge group: {', '.join(sorted(GROUPS))}.")
+        str, typer.Option(help=f"Gauge group: {', '.join(GROUP_NAMES)}.")
     ] = "orthogonal",
     problem: Annotated[
         str,
@@ -95,16 +93,20 @@ def check(
     ignores the closure, or takes none, is checked too; one that does not move the parameters
     is inconclusive, never equivariant.
     """
-    if dtype not in _DTYPES:
-        raise fail(f"--dtype {dtype!r}; allowed: {', '.join(_DTYPES)}")
+    if dtype not in DTYPES:
+        raise fail(f"--dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
     for option, value in (("--steps", steps), ("--draws", draws)):
         if value < 1:
             raise fail(f"{option} {value}; allowed: an integer >= 1")
-    for option, value, allowed in (("--group", group, sorted(GROUPS)),
-                                   ("--problem", problem, PROBLEMS)):  # fmt: skip
+    for option, value, allowed in (("--group", group, GROUP_NAMES),
+                                   ("--problem", problem, PROBLEM_NAMES)):  # fmt: skip
         if value not in allowed:
             raise fail(f"{option} {value!r}; allowed: {', '.join(allowed)}")
     hyper = _parse_opt(opt or [])
+    import torch
+
+    import gaugelab.equivariance  # noqa: F401  before the progress starts: it means the check runs
+
     try:
         with working(console, f"check: twins of {optimizer} under {group} on {problem}"):
             report = check_equivariance(
@@ -113,7 +115,7 @@ def check(
                 problem=problem,
                 steps=steps,
                 draws=draws,
-                dtype=_DTYPES[dtype],
+                dtype=getattr(torch, dtype),
                 seed=seed,
                 **hyper,
             )
@@ -141,7 +143,9 @@ def check(
             str(t + 1), f"{gauge[t]:.2e}", f"{ident[t]:.2e}", f"{noise[t]:.2e}", f"{factors[t]:.2e}"
         )
     console.print(table)
-    style = _VERDICT_STYLE.get(report.verdict, "bold")
+    from gaugelab.equivariance.verdicts import EQUIVARIANT
+
+    style = _verdict_styles().get(report.verdict, "bold")
     console.print(f"verdict: [{style}]{report.verdict}[/] — {report.explanation}")
     if report.claimed is not None:
         agree = "agrees with" if report.claimed == report.verdict else "DIFFERS from"

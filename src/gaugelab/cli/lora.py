@@ -7,8 +7,6 @@ candidate, collect, report) and renders what it returns. ``inspect`` calls
 study or a run identity, and renders its tables.
 """
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 from typing import Annotated
@@ -24,23 +22,8 @@ from gaugelab.cli._console import (
     wide_console,
     working,
 )
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
-from gaugelab.experiments._study import ArtifactError
-from gaugelab.experiments.lora import (
-    FULL_LR,
-    LORA_LR,
-    FinetuneSpec,
-    PretrainSpec,
-    inspect_tables,
-    plan,
-    quick_spec,
-    resolve_targets,
-    run_lora_finetune,
-    run_lora_inspect,
-    tables,
-)
-from gaugelab.study.store import DEFAULT_STORE_PATH, StoreError
-from gaugelab.study.sweep import EXECUTORS
 
 __all__ = ["finetune", "inspect", "lora_app", "register"]
 
@@ -123,6 +106,16 @@ def finetune(
     defaults take about ten minutes on two cores; `gaugelab lora inspect full` (or
     `"lora r=4"`) then reads what a candidate learned.
     """
+    from gaugelab.experiments.lora import (
+        FinetuneSpec,
+        PretrainSpec,
+        plan,
+        quick_spec,
+        resolve_targets,
+        run_lora_finetune,
+        tables,
+    )
+
     console = wide_console()
     try:
         if executor not in EXECUTORS:
@@ -212,6 +205,9 @@ def inspect(
     folder gets what the factors allow, and the list of what could not be computed.
     """
     from gaugelab.cli.bench import pinned_threads
+    from gaugelab.experiments._study import ArtifactError
+    from gaugelab.experiments.lora import inspect_tables, run_lora_inspect
+    from gaugelab.study.store import StoreError
 
     console = wide_console()
     try:

@@ -1,7 +1,5 @@
 """``gaugelab optimizers``: the zoo and its claimed behaviour under each gauge group."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer
@@ -9,11 +7,8 @@ from rich.console import Console
 from rich.table import Table
 
 from gaugelab.cli._errors import guarded
-from gaugelab.equivariance.verdicts import BREAKS, EQUIVARIANT
-from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
 
 console = Console()
-_SHORT = {EQUIVARIANT: "[green]equivariant[/]", BREAKS: "[red]breaks[/]"}
 
 
 def optimizers(
@@ -22,6 +17,10 @@ def optimizers(
     ] = False,
 ) -> None:
     """List the optimizer zoo with its equivariance claims per gauge group."""
+    from gaugelab.equivariance.verdicts import BREAKS, EQUIVARIANT
+    from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
+
+    short = {EQUIVARIANT: "[green]equivariant[/]", BREAKS: "[red]breaks[/]"}
     table = Table(title="gaugelab optimizer zoo: claimed behaviour under each gauge group")
     table.add_column("rule", style="bold", no_wrap=True)
     table.add_column("update")
@@ -32,7 +31,7 @@ def optimizers(
         cells = []
         for group in CLAIM_GROUPS:
             c = rule.claims[group]
-            cells.append(_SHORT[c.property] + ("*" if c.note else ""))
+            cells.append(short[c.property] + ("*" if c.note else ""))
         table.add_row(name, rule.summary, *cells)
     console.print(table)
     console.print(

@@ -5,8 +5,6 @@ never creates one. Strings from the store (study names, messages, spec values) a
 plain text, never as rich markup. Errors are one ``error: …`` line on stderr with exit code 2.
 """
 
-from __future__ import annotations
-
 import contextlib
 import csv
 import io
@@ -14,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,13 +20,17 @@ from rich.table import Table
 from rich.text import Text
 
 from gaugelab.cli._console import failure_line, rich_table, wide_console, working
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import check_location, fail, guarded
-from gaugelab.experiments.dial import DialSpec
-from gaugelab.experiments.registry import report_study
-from gaugelab.experiments.zoo import ZooSpec
 from gaugelab.study.report import Table as ReportTable
 from gaugelab.study.report import new_report_dir
-from gaugelab.study.store import DEFAULT_STORE_PATH, MetricRow, RunRow, RunStore, StoreError
+
+if TYPE_CHECKING:
+    from gaugelab.experiments.registry import WrittenReport
+    from gaugelab.study.store import MetricRow, RunRow, RunStore
+
+# The store (pydantic specs) is imported by the commands that open one, and an experiment only
+# by `report` of a study of its kind: `gaugelab runs list` imports no torch.
 
 __all__ = ["export_metrics", "register", "trains"]
 
@@ -55,10 +57,12 @@ def _t(value: object) -> Text:
 
 
 @contextlib.contextmanager
-def _open_store(path: Path) -> Iterator[RunStore]:
+def _open_store(path: Path) -> Iterator["RunStore"]:
     """Open an existing store for reading; a missing or refused store, or a refusal while
     reading it, becomes a one-line error (a failure of the machine is the command guard's,
     cli/_errors.py)."""
+    from gaugelab.study.store import RunStore, StoreError
+
     try:
         store = RunStore(path, create=False)
     except FileNotFoundError:
@@ -73,7 +77,7 @@ def _open_store(path: Path) -> Iterator[RunStore]:
         store.close()
 
 
-def _check_study(db: RunStore, study: str | None, what: str = "--study") -> None:
+def _check_study(db: "RunStore", study: str | None, what: str = "--study") -> None:
     """Refuse a study name the store does not hold, naming the option and the known ones."""
     if study is None:
         return
@@ -90,7 +94,7 @@ MIN_PREFIX = 4
 """The shortest identity prefix ``runs show`` accepts."""
 
 
-def _find_run(db: RunStore, prefix: str) -> RunRow:
+def _find_run(db: "RunStore", prefix: str) -> "RunRow":
     """The run whose identity starts with ``prefix`` (4 to 64 lowercase hex characters).
 
     The store looks the prefix up; a prefix shorter than the store's own minimum is matched
@@ -119,17 +123,54 @@ def _find_run(db: RunStore, prefix: str) -> RunRow:
 def trains(kind: str, spec: dict[str, Any]) -> str | None:
     """What a run trains, as its experiment names it: a twin run's optimizer, a zoo run's
     rules (or its convex row), a dial run's settings of p (or gd); None for other kinds or a
-    spec this version cannot read."""
+    spec this version cannot read.
+
+    Read from the stored spec's fields (as ``ZooSpec.labels()`` / ``DialSpec.labels()`` name
+    them; tests/cli/test_startup.py checks the two agree), so that listing runs imports no
+    experiment and no torch.
+    """
     if kind == "twins":
         twin = spec.get("twin")
         return twin.get("optimizer") if isinstance(twin, dict) else None
-    experiment = {"zoo": ZooSpec, "dial": DialSpec}.get(kind)
-    if experiment is None:
+    if kind == "zoo":
+        rows, extra = spec.get("rules"), {"convex": ZOO_CONVEX_LABEL}
+    elif kind == "dial":
+        ps = spec.get("ps")
+        if not isinstance(ps, list | tuple) or not all(_is_real(p) for p in ps):
+            return None
+        rows, extra = [dial_label(p) for p in ps], {"gd_reference": DIAL_GD_LABEL}
+    else:
         return None
-    try:
-        return ", ".join(experiment.model_validate(spec).labels()) or None
-    except ValueError:  # a spec of another gaugelab version
+    if not isinstance(rows, list | tuple) or not all(isinstance(r, str) for r in rows):
+        return None  # a spec of another gaugelab version
+    flags = [spec.get(field, True) for field in extra]
+    if not all(isinstance(flag, bool) for flag in flags):
         return None
+    labels = list(rows) + [label for flag, label in zip(flags, extra.values(), strict=True) if flag]
+    return ", ".join(labels) or None
+
+
+ZOO_CONVEX_LABEL = "nuclear-norm"
+""":data:`gaugelab.experiments._convex.CONVEX`: the label of the zoo's convex row."""
+DIAL_GD_LABEL = "gd"
+""":data:`gaugelab.experiments.dial.GD_LABEL`: the label of the dial's gd reference."""
+
+
+def dial_label(p: float) -> str:
+    """:func:`gaugelab.experiments.dial.dial_label`: the label of one p, e.g. ``adam-p@0.5``."""
+    return f"adam-p@{p:g}"
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def report_study(store: "RunStore", study: str, out_dir: Path) -> "WrittenReport":
+    """:func:`gaugelab.experiments.registry.report_study`, imported when a report is written
+    (it imports the study's experiment, and only that one)."""
+    from gaugelab.experiments.registry import report_study as write_now
+
+    return write_now(store, study, out_dir)
 
 
 def list_runs(
@@ -222,8 +263,8 @@ def show_run(
 
 
 def export_metrics(
-    store: RunStore, *, study: str | None = None, trajectory: bool = False
-) -> list[MetricRow]:
+    store: "RunStore", *, study: str | None = None, trajectory: bool = False
+) -> "list[MetricRow]":
     """Every metric row of the store (or of one study), run by run in store order.
 
     Args:
@@ -252,7 +293,7 @@ def export_metrics(
     return rows
 
 
-def _render(rows: list[MetricRow], fmt: str) -> str:
+def _render(rows: "list[MetricRow]", fmt: str) -> str:
     if fmt == "json":
         items = [json.dumps(dict(zip(EXPORT_COLUMNS, _fields(r), strict=True))) for r in rows]
         return "[\n" + ",\n".join(items) + ("\n" if items else "") + "]\n"
@@ -263,7 +304,7 @@ def _render(rows: list[MetricRow], fmt: str) -> str:
     return buffer.getvalue()
 
 
-def _fields(r: MetricRow) -> tuple:
+def _fields(r: "MetricRow") -> tuple:
     return (r.run, r.ordinal, r.step, r.name, r.value)  # repr floats round-trip in both formats
 
 

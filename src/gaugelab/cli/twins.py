@@ -5,38 +5,30 @@ Parses the options into a base spec, makes one library call
 verdicts, write the report) and renders what it returns.
 """
 
-from __future__ import annotations
-
 import os
 import shutil
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH, TWIN_OPTIMIZERS, TWIN_QUICK_STEPS
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.equivariance.twins import GAUGE_DRAWS
-from gaugelab.experiments._twins_results import verdict_lines
-from gaugelab.experiments.twins import (
-    DEFAULT_OPTIMIZERS,
-    QUICK_CHECKPOINTS,
-    QUICK_STEPS,
-    TwinSpec,
-    plan,
-    run_twins_study,
-    tables,
-    text_twin,
-    twin_optimizers,
-)
-from gaugelab.study.store import DEFAULT_STORE_PATH
-from gaugelab.tasks.text import TextTooShort
 
 OPTIONS = {"steps": "--steps", "dtype": "--dtype", "batch_size": "--batch-size",
            "optimizer": "--optimizers", "compile": "--compile",
            "gauge_draw": "--gauge-draw"}  # fmt: skip
 """TwinSpec fields → the options that set them (for its error messages)."""
+
+
+def run_twins_study(*args: Any, **options: Any) -> Any:
+    """:func:`gaugelab.experiments.twins.run_twins_study`, imported when the command runs (the
+    experiment imports torch; ``gaugelab --help`` must not)."""
+    from gaugelab.experiments.twins import run_twins_study as run_now
+
+    return run_now(*args, **options)
 
 
 def _cxx_compiler() -> str | None:
@@ -52,12 +44,14 @@ def twins(
             help="Comma-separated rules: any listed by 'gaugelab optimizers', or 'muon-hybrid' "
             "(muon on the attention and MLP matrices, adam elsewhere)."
         ),
-    ] = ",".join(DEFAULT_OPTIMIZERS),
+    ] = ",".join(TWIN_OPTIMIZERS),
     steps: Annotated[
         int | None,
         typer.Option(help="Training steps (default 1500; 100 with --quick; overrides --quick)."),
     ] = None,
-    quick: Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, for a first look.")] = False,
+    quick: Annotated[
+        bool, typer.Option(help=f"{TWIN_QUICK_STEPS} steps, for a first look.")
+    ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the reference) or float64.")] = "float32",
     pairs: Annotated[int, typer.Option(help="Init × gauge-draw pairs per optimizer.")] = 1,
     gauge_draw: Annotated[
@@ -117,6 +111,19 @@ def twins(
     already completed in the store are not run again; a run killed mid-way resumes from its last
     checkpoint when the same command is run again.
     """
+    from gaugelab.equivariance.twins import GAUGE_DRAWS
+    from gaugelab.experiments._twins_results import verdict_lines
+    from gaugelab.experiments.twins import (
+        QUICK_CHECKPOINTS,
+        QUICK_STEPS,
+        TwinSpec,
+        plan,
+        tables,
+        text_twin,
+        twin_optimizers,
+    )
+    from gaugelab.tasks.text import TextTooShort
+
     console = wide_console()
     names = [o.strip() for o in optimizers.split(",") if o.strip()]
     try:

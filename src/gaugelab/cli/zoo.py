@@ -5,8 +5,6 @@ or :func:`~gaugelab.experiments.run_dial`: run the study, collect, write the rep
 the tables it returns.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 
@@ -14,13 +12,8 @@ import typer
 from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.experiments import dial as dial_experiment
-from gaugelab.experiments import zoo as zoo_experiment
-from gaugelab.experiments.dial import DialSpec
-from gaugelab.experiments.zoo import LearningRateGrids, ZooSpec
-from gaugelab.study.store import DEFAULT_STORE_PATH
-from gaugelab.study.sweep import EXECUTORS
 
 __all__ = ["dial", "register", "zoo"]
 
@@ -67,6 +60,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
+    from gaugelab.experiments.zoo import LearningRateGrids
+
     grids = {}
     for item in items:
         rule, sep, values = item.partition("=")
@@ -170,6 +165,9 @@ def zoo(
     Runs already completed in the store are not run again; a run killed mid-way resumes from
     its last checkpoint (every 2,000 steps) when the same command is run again.
     """
+    from gaugelab.experiments import zoo as zoo_experiment
+    from gaugelab.experiments.zoo import ZooSpec
+
     console = wide_console()
     try:
         base = ZooSpec().model_dump()
@@ -255,6 +253,9 @@ def dial(
     Runs already completed in the store are not run again; a run killed mid-way resumes from
     its last checkpoint when the same command is run again.
     """
+    from gaugelab.experiments import dial as dial_experiment
+    from gaugelab.experiments.dial import DialSpec
+
     console = wide_console()
     try:
         base = DialSpec().model_dump()

@@ -40,9 +40,28 @@ Modules:
   and figures), ``_study`` (what the experiments share).
 """
 
-from gaugelab.experiments._study import StudyOutcome
-from gaugelab.experiments.dial import DialResult, DialSpec, run_dial
-from gaugelab.experiments.zoo import LearningRateGrids, ZooResult, ZooSpec, run_zoo
+import importlib
+
+_EXPORTS = {
+    "StudyOutcome": "_study",
+    "DialResult": "dial",
+    "DialSpec": "dial",
+    "run_dial": "dial",
+    "LearningRateGrids": "zoo",
+    "ZooResult": "zoo",
+    "ZooSpec": "zoo",
+    "run_zoo": "zoo",
+}
+"""Exported name → its module, imported on first use: an experiment imports torch, and a
+command that needs one experiment (``gaugelab report`` of a twins study) imports only it."""
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gaugelab.experiments' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"gaugelab.experiments.{module}"), name)
+
 
 __all__ = [
     "DialResult",

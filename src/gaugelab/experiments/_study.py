@@ -18,12 +18,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from gaugelab.study.paired import PairedComparison
 from gaugelab.study.report import RunSummary, new_report_dir
 from gaugelab.study.store import DEFAULT_STORE_PATH, ArtifactRow, RunStore, StoreError, StudyRow
-from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
+
+if TYPE_CHECKING:  # the executors are imported by run_experiment, which runs a study
+    from gaugelab.study.paired import PairedComparison
+    from gaugelab.study.sweep import Sweep, SweepResult
 
 R = TypeVar("R")
 
@@ -103,6 +105,8 @@ def run_experiment(
             f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
             "(choose another folder)"
         )
+    from gaugelab.study.sweep import run_sweep
+
     swept = run_sweep(
         sweep,
         executor=executor,

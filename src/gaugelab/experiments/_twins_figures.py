@@ -14,14 +14,14 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-
 from gaugelab.study import report as rep
 
 if TYPE_CHECKING:  # the rows' type only; _twins_results imports this module
+    from matplotlib.figure import Figure
+
     from gaugelab.experiments._twins_results import TwinRow
+
+# matplotlib is imported by twin_panels, which draws: reading a study back needs none of it.
 
 __all__ = ["distance_figure", "optimizer_colors", "twin_panels"]
 
@@ -64,6 +64,10 @@ def twin_panels(
         raise ValueError(f"twin_panels: metric={metric!r}; allowed: logit_distance, qk_drift")
     if not rows:
         raise ValueError("twin_panels: rows is empty")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
     colors = colors or optimizer_colors(rows)
     optimizers = list(dict.fromkeys(row.optimizer for row in rows))
     ncols = min(4, len(optimizers))

@@ -12,27 +12,38 @@
   report per study; ``summary`` — the generic report of any study from the store.
 """
 
-from gaugelab.study.checkpoint import (
-    Checkpoint,
-    latest_checkpoint,
-    load_checkpoint,
-    save_checkpoint,
-)
-from gaugelab.study.runner import AdmissionError, RunContext, ValidationStop, execute_run
-from gaugelab.study.spec import ExperimentSpec, Manifest
-from gaugelab.study.store import DEFAULT_STORE_PATH, TERMINATION_CLASSES, RunStore, StoreError
-from gaugelab.study.sweep import Sweep, SweepInterrupted, SweepResult, run_sweep
+import importlib
 
-_CHECKPOINT = ("Checkpoint", "latest_checkpoint", "load_checkpoint", "save_checkpoint")
+_EXPORTS = {
+    "Checkpoint": "checkpoint",
+    "latest_checkpoint": "checkpoint",
+    "load_checkpoint": "checkpoint",
+    "save_checkpoint": "checkpoint",
+    "AdmissionError": "runner",
+    "RunContext": "runner",
+    "ValidationStop": "runner",
+    "execute_run": "runner",
+    "ExperimentSpec": "spec",
+    "Manifest": "spec",
+    "DEFAULT_STORE_PATH": "store",
+    "TERMINATION_CLASSES": "store",
+    "RunStore": "store",
+    "StoreError": "store",
+    "Sweep": "sweep",
+    "SweepInterrupted": "sweep",
+    "SweepResult": "sweep",
+    "run_sweep": "sweep",
+}
+"""Exported name → its submodule, imported on first use: the store alone needs neither torch
+(checkpoints) nor the executors, so ``gaugelab runs`` and store-only worker processes stay
+light."""
 
 
 def __getattr__(name: str):
-    # checkpoints need torch; loaded on first use so store-only worker processes stay light
-    if name in _CHECKPOINT:
-        from gaugelab.study import checkpoint
-
-        return getattr(checkpoint, name)
-    raise AttributeError(f"module 'gaugelab.study' has no attribute {name!r}")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gaugelab.study' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"gaugelab.study.{module}"), name)
 
 
 __all__ = [

@@ -17,12 +17,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from matplotlib import rc_context
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+# numpy and matplotlib are imported by the functions that draw (a third of a second), so a
+# module that only names FigureArtifact or PNG_DPI (the store, the CLI) does not pay for them.
 
 __all__ = [
     "PNG_DPI",
@@ -88,10 +89,19 @@ def save_figure(
     for path in (png_path, svg_path):
         if path.exists():
             raise FileExistsError(f"save_figure: {path} already exists; refusing to overwrite")
+    from matplotlib import rc_context
+
     png_bytes, svg_bytes = io.BytesIO(), io.BytesIO()
     fig.savefig(png_bytes, format="png", dpi=PNG_DPI)
-    with rc_context({"svg.hashsalt": "gaugelab"}):
-        fig.savefig(svg_bytes, format="svg", metadata={"Date": None})
+    engine = fig.get_layout_engine()
+    if engine is not None:  # the SVG keeps the PNG's layout instead of computing it again
+        fig.set_layout_engine("none")
+    try:
+        with rc_context({"svg.hashsalt": "gaugelab"}):
+            fig.savefig(svg_bytes, format="svg", metadata={"Date": None})
+    finally:
+        if engine is not None:
+            fig.set_layout_engine(engine)
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     try:
@@ -119,6 +129,9 @@ def save_figure(
 
 
 def _new_figure() -> tuple[Figure, Any]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     FigureCanvasAgg(fig)  # attach a display-free canvas; pyplot's global state is never touched
     return fig, fig.add_subplot()
@@ -153,6 +166,8 @@ def plot_curves(
     """
     if not series:
         raise ValueError("plot_curves: series is empty; pass at least one label → (steps, values)")
+    import numpy as np
+
     fig, ax = _new_figure()
     colors = colors or {}
     cycle = (f"C{i % 10}" for i in itertools.count())

@@ -31,9 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from gaugelab.study.figures import (
     PNG_DPI,
@@ -44,6 +42,9 @@ from gaugelab.study.figures import (
     plot_scatter,
     save_figure,
 )
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = [
     "PNG_DPI",
@@ -160,6 +161,8 @@ def format_number(value: Any) -> str:
 
 @functools.cache
 def _environment() -> jinja2.Environment:
+    import jinja2  # only a report needs it; the CLI imports this module for Table
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("gaugelab.study", "templates"),
         autoescape=True,  # every template here is HTML: escape every interpolated value

@@ -17,9 +17,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from gaugelab.study.report import (
     Failure,
@@ -33,6 +31,9 @@ from gaugelab.study.report import (
     write_report,
 )
 from gaugelab.study.store import MetricRow, RunRow, RunStore
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "MAX_SERIES",
