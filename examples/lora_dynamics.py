@@ -270,15 +270,15 @@ def main() -> None:
             d_model=32,
             n_heads=2,
             d_mlp=64,
-            steps=20,
+            steps=5,
             batch_size=8,
-            eval_every=10,
+            eval_every=5,
             val_batches=2,
             val_batch_size=8,
             warmup=2,
             checkpoint_every=10**6,
         )
-        args.steps, args.seeds = 10, 2
+        args.steps, args.seeds = 4, 2
     cache = Path(args.base_cache) if args.base_cache and not args.quick else None
     identity = spec.identity()  # the cache is used only for the same pretrain spec
     cached = None

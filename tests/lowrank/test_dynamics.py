@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from fractions import Fraction as F
+from pathlib import Path
 
 import pytest
 import torch
@@ -304,3 +308,25 @@ def test_bad_inputs_name_the_argument():
         dyn.sgd_step(B, A, G, order="alternating")
     with pytest.raises(ValueError, match="dtype"):
         dyn.gauge_is_representable(B, A, 2, torch.int32)
+
+
+def test_example_script_quick_run_shows_the_four_first_steps(tmp_path):
+    # examples/lora_dynamics.py --quick: a tiny character model; the first-step pattern of the
+    # four zero-product starts is exact (a zero factor gradient is exactly 0), whatever the data
+    script = Path(__file__).resolve().parents[2] / "examples" / "lora_dynamics.py"
+    out = tmp_path / "result.json"
+    subprocess.run(
+        [sys.executable, str(script), "--quick", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
+    result = json.loads(out.read_text())
+    first = {k: (v["grad_A_norm"], v["grad_B_norm"]) for k, v in result["zero_product"].items()}
+    assert first["standard"][0] == 0 < first["standard"][1]
+    assert first["reversed"][1] == 0 < first["reversed"][0]
+    assert first["both-zero"] == (0, 0)
+    assert min(first["cancelling"]) > 0
+    curve = [loss for _, loss in result["zero_product"]["both-zero"]["curve"]]
+    assert max(curve) == min(curve)  # a dead first-order point never moves
+    assert [row["predicted_exponent"] for row in result["rank_scaling"]] == [-1, 0, -2, -1]
