@@ -321,6 +321,8 @@ def figure(result: IntrinsicResult) -> Figure:
         if value is not None and math.isfinite(value):
             ax.axhline(value, color="0.4", linestyle=":", linewidth=1, label=f"{name} {value:.3f}")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(list(result.spec.dims), [str(d) for d in result.spec.dims])
+    ax.minorticks_off()
     ax.set(
         xlabel="d (total trainable coordinates)",
         ylabel="evaluation accuracy",
