@@ -129,6 +129,11 @@ def test_composition_of_two_target_corpora_is_written_and_evaluated(study, tmp_p
         mean_loss(model, val["target"]), abs=1e-5)  # fmt: skip
     assert result.losses["composition"]["retention"] == pytest.approx(
         mean_loss(model, val["retention"]), abs=1e-5)  # fmt: skip
+    first_stage, last_stage = result.stages
+    assert first_stage["rank_stage"] == first_stage["rank_total"]
+    assert last_stage["rank_total"] <= sum(m.rank_bound for m in result.ledger)
+    for key in ("target[0]", "target[1]", "retention"):  # the last running sum = the composition
+        assert last_stage[key] == pytest.approx(result.losses["composition"][key], abs=1e-5)
     pair = result.outputs[0]
     assert pair.n_samples == 2 * 8 * 64  # one batch per target × 8 windows × 64 positions
     assert -1 <= pair.output_cosine <= 1 and math.isfinite(pair.cross_term)

@@ -25,7 +25,12 @@ from gaugelab.experiments._compare_sources import (
     target_batches,
 )
 from gaugelab.experiments._lora_ladder import capture_inputs
-from gaugelab.lowrank.composition import ModuleLedger, compose_adapters, interference
+from gaugelab.lowrank.composition import (
+    ModuleLedger,
+    compose_adapters,
+    interference,
+    staged_expansion_report,
+)
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["ComposeResult", "OutputInterference", "compose_lora"]
@@ -57,6 +62,10 @@ class ComposeResult:
         losses: model → ``{"target[j]": …, "retention": …}`` validation losses (nats/char)
             of ``pretrained``, each source alone and ``composition``; ``target[j]`` is source
             ``j``'s own target corpus (empty without base model and data).
+        stages: merge stage by stage in the order given (§0x05G): per stage ``t`` the sums
+            over modules of the stage's rank, the running total's rank and the dimensions it
+            added to the concatenated row / column spans, and (with data) the running sum's
+            validation losses.
         notes: what was not computed, and why.
     """
 
@@ -68,6 +77,7 @@ class ComposeResult:
     ledger: list[ModuleLedger]
     outputs: list[OutputInterference] = field(default_factory=list)
     losses: dict[str, dict[str, float]] = field(default_factory=dict)
+    stages: list[dict[str, float | int | str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -134,6 +144,7 @@ def compose_lora(
     folder = composed.save(out)
     result = ComposeResult([f.label for f in found], composed.weights, method, rank, folder,
                            composed.ledger)  # fmt: skip
+    result.stages = _stages(found, composed.weights)
     if not evaluate:
         result.notes.append("losses and sampled-output interference: not asked for")
         return result
@@ -145,6 +156,23 @@ def compose_lora(
         return result
     _evaluate(result, found, composed, samples)
     return result
+
+
+def _stages(found: list[Found], weights: tuple[float, ...]) -> list[dict]:
+    """The staged expansion of every module, summed over modules, one row per stage."""
+    adapters = [f.source.adapter for f in found]
+    rows = [{"stage": t, "source": f.label, "rank_stage": 0, "rank_total": 0, "new_row": 0,
+             "new_column": 0} for t, f in enumerate(found)]  # fmt: skip
+    modules = dict.fromkeys(m for a in adapters for m in a.modules)  # type: ignore[union-attr]
+    for m in modules:
+        present = [j for j, a in enumerate(adapters) if m in a.modules]  # type: ignore[union-attr]
+        parts = [adapters[j].modules[m] for j in present]  # type: ignore[union-attr]
+        stages = [(p.B, p.A, p.scale) for p in parts]  # their dtype: the ledger's tolerance
+        report = staged_expansion_report(stages, [weights[j] for j in present])
+        for j, row in zip(present, report, strict=True):
+            for key in ("rank_stage", "rank_total", "new_row", "new_column"):
+                rows[j][key] += getattr(row, key)
+    return rows
 
 
 def _evaluate(result: ComposeResult, found: list[Found], composed, samples: int) -> None:
@@ -166,6 +194,12 @@ def _evaluate(result: ComposeResult, found: list[Found], composed, samples: int)
         own = {m: f.source.adapter.delta_weight(m).to(f64) for m in f.source.adapter.modules}  # type: ignore[union-attr]
         result.losses[f"{f.label} alone"] = measure(own)
     result.losses["composition"] = measure({m: adapter.delta_weight(m).to(f64) for m in modules})
+    total: dict[str, torch.Tensor] = {}
+    for t, f in enumerate(found):  # the running sum after each stage
+        for m in f.source.adapter.modules:  # type: ignore[union-attr]
+            delta = result.weights[t] * f.source.adapter.delta_weight(m).to(f64)  # type: ignore[union-attr]
+            total[m] = total[m] + delta if m in total else delta
+        result.stages[t].update(measure(dict(total)))
     base = merged_model(found[0], {})
     windows = [xy for b in batches for xy in b["target"][:samples]]
     inputs = capture_inputs(base, modules, windows)

@@ -254,6 +254,23 @@ def compose_tables(result: ComposeResult) -> list[rep.Table]:
             f"on N = {n} real layer inputs of the pretrained model on the targets' validation "
             "windows. Sources numbered in the order given.",
         ))  # fmt: skip
+    if result.stages:
+        measured = "retention" in result.stages[0]
+        n = len(result.sources)
+        tables.append(rep.Table(
+            title="Merge stage by stage (the running sum after each source)",
+            columns=["stage", "source", "Σ rank of stage", "Σ rank of total", "new row dims",
+                     "new column dims",
+                     *([f"target {j}" for j in range(n)] + ["retention"] if measured else [])],
+            rows=[[s["stage"], s["source"], s["rank_stage"], s["rank_total"], s["new_row"],
+                   s["new_column"],
+                   *([s[f"target[{j}]"] for j in range(n)] + [s["retention"]] if measured
+                     else [])]
+                  for s in result.stages],
+            caption="Sums over modules of numerical ranks (seed 003 §0x05G): a stage that "
+            "relearns earlier directions adds rank to neither span; the total can grow by "
+            "less than either (cancellation). Losses in nats/char; target j is source j's.",
+        ))  # fmt: skip
     if result.losses:
         names = [f"target of {s}" for s in result.sources]
         tables.append(rep.Table(
