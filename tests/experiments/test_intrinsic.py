@@ -96,3 +96,24 @@ def test_character_model_is_a_third_problem_scored_by_next_character_accuracy(tm
     # d_model 16, 1 block: embeddings 65·16 + 32·16, attention 4·16·16, MLP 2·16·32,
     # two RMSNorm gains and the final one 3·16, unembedding 16·65
     assert result.estimate.ledger["ambient_dim"] == 1040 + 512 + 1024 + 1024 + 48 + 1040
+
+
+def test_a_failed_trial_is_kept_in_the_records_and_never_selected(tmp_path, monkeypatch):
+    from gaugelab.errors import NonFiniteError
+    from gaugelab.experiments import _intrinsic_train
+
+    train = _intrinsic_train._train
+
+    def failing(model, params, sample, steps, batch, lr, seed, label, run):
+        if label.startswith("did d=32 seed=1"):
+            raise NonFiniteError(f"{label}: training loss nan at step 3")
+        return train(model, params, sample, steps, batch, lr, seed, label, run)
+
+    monkeypatch.setattr(_intrinsic_train, "_train", failing)  # runs execute in this process
+    result = run_intrinsic_dim(quick_spec(), store=tmp_path / "s.sqlite", write_report=False).result
+    failed = [r for r in result.records if r.status != "completed"]
+    assert [(r.d, r.seed, r.status) for r in failed] == [(32, 1, "numerical_failure")]
+    assert "nan at step 3" in failed[0].message
+    summary = {s.d: s for s in result.estimate.summaries}[32]
+    assert summary.failed_seeds == [1] and list(summary.seed_scores) == [0]
+    assert len(result.records) == 4  # append-only: the failure is in the raw table
