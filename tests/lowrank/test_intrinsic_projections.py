@@ -71,7 +71,7 @@ def test_fwht_rejects_bad_input():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("shape", [(24, 3), (1000, 17), (37, 37), (5, 1), (4096, 300)])
+@pytest.mark.parametrize("shape", [(24, 3), (1000, 17), (37, 37), (5, 1), (2000, 130)])
 def test_adjoint_parity_of_every_family(family, shape):
     D, d = shape
     P = make_projection(family, D, d, seed=3, dtype=F64)
