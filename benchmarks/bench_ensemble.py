@@ -4,7 +4,10 @@ The peer is the nanoGPT-style per-model loop (eager). Two sizes: the PROTOCOLS �
 the 883 mod-47 training equations (compute-bound: the ratio should not drop below 1 and the
 achieved GFLOP/s is compared with this machine's fp32 matmul rate, measured in the same run), and
 a small overhead-bound model (d_model 32, 128 equations) where batching should pay. Each size is
-timed with the eager vmap ensemble and with ``Ensemble(compile=True)``; everything runs under
+timed with the member-native ensemble (the default: every weight ``[E, …]``, batched matmuls,
+fused attention with the members folded into the batch), eager and with
+``Ensemble(compile=True)``, and with the vmap ensemble (``native=False``, the path before the
+native one), eager and compiled; everything runs under
 deterministic algorithms, as the twin protocol does. The first compiled call (compilation, tens
 of seconds the first time on a machine) is not timed. A second peer, the loop over
 ``torch.compile``-d models, separates what batching gains from what compilation gains. Every
@@ -29,17 +32,23 @@ COLUMNS = ["model", "examples", "ensemble", "ensemble ms", "loop ms",
            "ensemble GFLOP/s",
            "of fp32 matmul rate (GFLOP/s; target ≥ 40%)"]  # fmt: skip
 MEMBERS = 4
+KINDS = {
+    "native": {},
+    "native + compile": {"compile": True},
+    "vmap": {"native": False},
+    "vmap + compile": {"native": False, "compile": True},
+}
 CASES = [
     ("§5 twin model (d 64)", {}, 883),
     ("small (d 32, 2 heads)", dict(d_model=32, n_heads=2, d_head=16, d_mlp=128), 128),
 ]
 
 
-def _case(overrides: dict, n_examples: int, number: int, repeat: int):
+def _case(overrides: dict, n_examples: int, number: int, repeat: int, kinds: tuple[str, ...]):
     task = ModularArithmetic(p=47, train_fraction=0.4, seed=42)
     x, y = task.train_inputs[:n_examples], task.train_labels[:n_examples]
     models = [Transformer(TransformerConfig(causal=False, **overrides), seed=s) for s in range(4)]
-    ensembles = {"vmap": Ensemble(models), "vmap + compile": Ensemble(models, compile=True)}
+    ensembles = {kind: Ensemble(models, **KINDS[kind]) for kind in kinds}
 
     def ensemble_step(ensemble):
         ensemble.zero_grad()
@@ -67,14 +76,16 @@ def _case(overrides: dict, n_examples: int, number: int, repeat: int):
 def run(*, quick: bool = False, progress=None) -> list[list]:
     number, repeat = (1, 3) if quick else (3, 5)
     task = progress.add_task("ensemble", total=len(CASES) + 1) if progress else None
+    # the vmap path is the native path's predecessor; --quick times only the native ensemble
+    kinds = ("native", "native + compile") if quick else tuple(KINDS)
     with deterministic():
         rate = matmul_rate(5 if quick else 20)
         if progress:
             progress.advance(task)
         rows = []
         for label, overrides, n in CASES:
-            times, flops = _case(overrides, n, number, repeat)
-            for kind in ("vmap", "vmap + compile"):
+            times, flops = _case(overrides, n, number, repeat, kinds)
+            for kind in kinds:
                 gflops = flops / times[kind].median / 1e9
                 rows.append(
                     [label, n, kind, times[kind].cell(digits=1), times["loop"].cell(digits=1),

@@ -11,14 +11,17 @@ objects).
 (b) One AdamW training step (forward, backward, update) of E = 4 LoRA seeds of one rank as one
 ``models.Ensemble`` against the per-seed loop over four LoRA models on the same frozen base, on
 the LoRA protocol's model (3 blocks, d_model 64, r = 4 on every projection, windows of 64
-characters; target ≥ 1.5×) at batch sizes 1, 8 and 32 (1 with ``--quick``). The ensemble is
-built as ``lora finetune`` builds it: vmap over the stacked factors, the frozen base stored once
-and entering vmap unbatched (one matmul over all members' tokens; no gradient), and fused
-attention (``sdpa=True``: torch's kernel, called member by member, as the loop's models call
-it). Batching pays where the per-op overhead dominates (small batches); at the protocol's batch
-of 32 both sides are bound by the same arithmetic, and the ensemble's elementwise work runs on
-E-times larger tensors. Two more rows per batch ask whether compilation closes that gap: the
-same ensemble with ``compile=True`` (the vmapped forward and its backward through
+characters; target ≥ 1.5×) at batch sizes 1, 8 and 32 (1 with ``--quick``); the loop's cost per
+seed-step is printed beside it. The ensemble is built as ``lora finetune`` builds it
+(``Ensemble(models, sdpa=True)``): member-native (the stacked factors ``[E, …]`` in batched
+matmuls, the frozen base stored once and applied as one matmul over all members' tokens, no
+gradient for it; fused attention with the members folded into the kernel's batch, as the loop's
+models call it). A row with the vmap ensemble (``native=False``: the path before the native
+one, torch's per-member fallback for the fused kernel) shows what the native path gains. Batching
+pays where the per-op overhead dominates (small batches); at the protocol's batch of 32 both
+sides are bound by the same arithmetic, and the ensemble's elementwise work runs on E-times
+larger tensors (out of cache). Two more rows per batch ask whether compilation closes that gap:
+the same ensemble with ``compile=True`` (the native forward and its backward through
 ``torch.compile``; the optimizer step eager, as in the eager rows) against the same eager loop,
 and against the loop with each model ``torch.compile``-d (token check outside the graph, as the
 ensemble's is), so a reader sees whether a gain is batching or compilation alone. Before timing,
@@ -191,12 +194,14 @@ def _ensemble_rows(batch: int, repeat: int, number: int) -> list[list]:
     y = torch.randint(0, 161, (members, batch, 64), generator=g)
     models = _seed_models(members)
     ensemble = Ensemble(models, sdpa=True)  # as gaugelab lora finetune builds it
-    assert ensemble.shared_names, "the seeds' frozen base should be shared"
+    assert ensemble.native and ensemble.shared_names, "a native ensemble on a shared base"
     compiled = Ensemble(models, sdpa=True, compile=True)  # the same, through torch.compile
+    vmapped = Ensemble(models, sdpa=True, native=False)  # the path before the native one
     loop = [copy.deepcopy(m) for m in models]
     compiled_loop = [_CompiledModel(m) for m in models]
     steps = {"ensemble": _ensemble_step(ensemble, x, y),
              "compiled": _ensemble_step(compiled, x, y),
+             "vmap": _ensemble_step(vmapped, x, y),
              "loop": _loop_step(loop, x, y),
              "compiled loop": _loop_step(compiled_loop, x, y)}  # fmt: skip
     first, warm = {}, {}  # the first step of each side: compilation happens here, untimed
@@ -207,13 +212,18 @@ def _ensemble_rows(batch: int, repeat: int, number: int) -> list[list]:
     _check_compiled(steps["ensemble"], steps["compiled"], (first["ensemble"], first["compiled"]))
     times = time_calls(steps, number=number, repeat=repeat)
     case = f"E = 4 LoRA seeds (r = 4), batch {batch} × 64, one AdamW step"
-    loop_cell = times["loop"].cell(digits=1)
-    compiled_name = f"Ensemble (vmap), compiled (first step {warm['compiled']:.0f} s)"
+    loop_cell = f"{times['loop'].cell(digits=1)} ({1e3 * times['loop'].median / members:.1f})"
+    compiled_name = f"Ensemble (native), compiled (first step {warm['compiled']:.0f} s)"
     return [
-        [case, "Ensemble (vmap)", times["ensemble"].cell(digits=1), "per-seed loop", loop_cell,
+        [case, "Ensemble (native)", times["ensemble"].cell(digits=1),
+         "per-seed loop (per seed-step)", loop_cell,
          ratio_cell(times["loop"], times["ensemble"]), "≥ 1.5×", "—", "—"],
-        [case, compiled_name, times["compiled"].cell(digits=1), "per-seed loop", loop_cell,
+        [case, compiled_name, times["compiled"].cell(digits=1),
+         "per-seed loop (per seed-step)", loop_cell,
          ratio_cell(times["loop"], times["compiled"]), "≥ 1.5×", "—", "—"],
+        [case, "Ensemble (vmap, native=False)", times["vmap"].cell(digits=1),
+         "per-seed loop (per seed-step)", loop_cell,
+         ratio_cell(times["loop"], times["vmap"]), "—", "—", "—"],
         [case, compiled_name, times["compiled"].cell(digits=1),
          f"per-seed loop, each model compiled (first step {warm['compiled loop']:.0f} s)",
          times["compiled loop"].cell(digits=1),

@@ -53,6 +53,19 @@ ops with batched matmuls, or the plain ops as broadcast products and sums (no ma
 ``[T, T]`` matrices: the twin protocol's ``T = 3``; under ``torch.compile`` these fuse)."""
 
 
+BROADCAST_MAX_T = 8
+"""Under ``torch.compile``, windows up to this length run attention as broadcast products (they
+fuse into one loop; at ``T = 3`` a kernel call per sequence and head costs more than the
+arithmetic), longer ones through the fused kernel (measured at ``T = 64``, batch 32: the step
+1.4× faster than with the broadcast form, which materializes ``[…, T, T, D]``)."""
+
+
+def compiled_attention(tokens: torch.Tensor) -> str:
+    """The attention mode of a compiled forward on ``tokens`` ``[..., T]`` (see
+    :data:`BROADCAST_MAX_T`)."""
+    return "broadcast" if tokens.shape[-1] <= BROADCAST_MAX_T else "sdpa"
+
+
 def unsupported(model: nn.Module) -> str | None:
     """Why ``model`` cannot run member-natively (a sentence), or ``None`` when it can."""
     if type(model) is not Transformer:
@@ -99,24 +112,61 @@ def _matmul_t(x: torch.Tensor, w: torch.Tensor, stacked: bool) -> torch.Tensor:
     return torch.bmm(x, w.mT) if stacked else F.linear(x, w)
 
 
-def linear(W: Weights, prefix: str, x: torch.Tensor, lora: LoRALinear | None) -> torch.Tensor:
-    """The ``nn.Linear`` (or ``LoRALinear``) at ``prefix`` on ``x`` ``[E, B, T, d_in]``."""
+def _fold(w: torch.Tensor, stacked: bool, gain) -> tuple[torch.Tensor, bool]:
+    """``w`` ``[(E,) d_out, d_in]`` with its columns scaled by ``gain = (g, stacked)``
+    (``[(E,) d_in]``): ``(x ⊙ g) wᵀ = x (w diag g)ᵀ``, the gain applied to the small weight
+    instead of the ``[E, N, d_in]`` activations."""
+    if gain is None:
+        return w, stacked
+    g, g_stacked = gain
+    return w * g.unsqueeze(-2), stacked or g_stacked
+
+
+def linear(
+    W: Weights,
+    prefix: str,
+    x: torch.Tensor,
+    lora: LoRALinear | None,
+    *,
+    gain: tuple[torch.Tensor, bool] | None = None,
+    residual: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``residual + (x ⊙ gain) Wᵀ + b`` for the ``nn.Linear`` (or ``LoRALinear``) at ``prefix``
+    on ``x`` ``[E, B, T, d_in]``; ``gain`` (a normalization's, ``[(E,) d_in]``) and
+    ``residual`` (``[E, B, T, d_out]``) are optional."""
     E, B, T, _ = x.shape
     flat = x.reshape(E, B * T, x.shape[-1])
     base = f"{prefix}.base_layer" if lora is not None else prefix
-    w, w_stacked = W.get(f"{base}.weight")
+    w, w_stacked = _fold(*W.get(f"{base}.weight"), gain)
     b, b_stacked = W.get(f"{base}.bias")
-    if w_stacked and b is not None and b_stacked:
-        y = torch.baddbmm(b.unsqueeze(1), flat, w.mT)
+    if w_stacked and residual is not None:  # the residual add inside the product
+        y = torch.baddbmm(residual.reshape(E, B * T, -1), flat, w.mT)
+    elif w_stacked and b is not None and b_stacked:
+        y, b = torch.baddbmm(b.unsqueeze(1), flat, w.mT), None
     else:
         y = _matmul_t(flat, w, w_stacked)
-        if b is not None:
-            y = y + _member(b, b_stacked, 3)
+        if residual is not None:
+            y = y + residual.reshape(E, B * T, -1)
+    if b is not None:
+        y = y + _member(b, b_stacked, 3)
     if lora is not None and not lora.merged:
-        a, a_stacked = W.get(f"{prefix}.lora_A")
+        a, a_stacked = _fold(*W.get(f"{prefix}.lora_A"), gain)
         up, up_stacked = W.get(f"{prefix}.lora_B")
-        y = y + _matmul_t(_matmul_t(flat, a, a_stacked), up, up_stacked) * lora.scale
+        h = _matmul_t(flat, a, a_stacked)
+        if up_stacked and a_stacked:  # y + s·h Bᵀ in one product
+            y = torch.baddbmm(y, h, up.mT, alpha=lora.scale)
+        else:
+            y = y + _matmul_t(h, up, up_stacked) * lora.scale
     return y.view(E, B, T, -1)
+
+
+def split_norm(W: Weights, prefix: str, module: nn.Module, x: torch.Tensor):
+    """``(normalized x, gain)``: an RMSNorm's normalization without its gain, and the gain
+    ``(g, stacked)`` for the next products to fold in (:func:`linear`); any other norm applied
+    whole, gain ``None``."""
+    if isinstance(module, RMSNorm):
+        return F.rms_norm(x, (x.shape[-1],), None, module.eps), W.get(f"{prefix}.weight")
+    return norm(W, prefix, module, x), None
 
 
 def norm(W: Weights, prefix: str, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -166,13 +216,14 @@ class NativeTransformer:
         self.loras = {n: m for n, m in template.named_modules() if isinstance(m, LoRALinear)}
         self.alibi_slopes = alibi_slopes
 
-    def _attention(self, W: Weights, i: int, x: torch.Tensor, mode: str) -> torch.Tensor:
+    def _attention(self, W: Weights, i: int, x, mode: str, gain=None, residual=None):
+        """``residual + attention(x ⊙ gain)`` of block ``i`` on ``x`` ``[E, B, T, d]``."""
         c, p = self.config, f"blocks.{i}.attn"
         E, B, T, _ = x.shape
         H, G, D = c.n_heads, c.kv_heads, c.d_head
 
         def heads(name: str, n: int) -> torch.Tensor:  # [E, B, n, T, D]
-            y = linear(W, f"{p}.{name}", x, self.loras.get(f"{p}.{name}"))
+            y = linear(W, f"{p}.{name}", x, self.loras.get(f"{p}.{name}"), gain=gain)
             return y.view(E, B, T, n, D).transpose(2, 3)
 
         q, k, v = heads("q_proj", H), heads("k_proj", G), heads("v_proj", G)
@@ -199,21 +250,22 @@ class NativeTransformer:
             w = attention_weights(q, k, causal=causal, bias=bias, broadcast=broadcast)
             z = (w.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2) if broadcast else w @ v
         z = z.transpose(2, 3).reshape(E, B, T, H * D)
-        return linear(W, f"{p}.o_proj", z, self.loras.get(f"{p}.o_proj"))
+        return linear(W, f"{p}.o_proj", z, self.loras.get(f"{p}.o_proj"), residual=residual)
 
-    def _mlp(self, W: Weights, i: int, x: torch.Tensor) -> torch.Tensor:
+    def _mlp(self, W: Weights, i: int, x, gain=None, residual=None):
+        """``residual + MLP(x ⊙ gain)`` of block ``i`` on ``x`` ``[E, B, T, d]``."""
         p = f"blocks.{i}.mlp"
 
-        def lin(name: str, h: torch.Tensor) -> torch.Tensor:
-            return linear(W, f"{p}.{name}", h, self.loras.get(f"{p}.{name}"))
+        def lin(name: str, h: torch.Tensor, **kwargs) -> torch.Tensor:
+            return linear(W, f"{p}.{name}", h, self.loras.get(f"{p}.{name}"), **kwargs)
 
         act = self.config.act_fn
-        h = lin("fc_in", x)
+        h = lin("fc_in", x, gain=gain)
         if act == "swiglu":
-            h = F.silu(lin("fc_gate", x)) * h
+            h = F.silu(lin("fc_gate", x, gain=gain)) * h
         else:
             h = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[act](h)
-        return lin("fc_out", h)
+        return lin("fc_out", h, residual=residual)
 
     def forward(
         self, W: Weights, tokens: torch.Tensor, n_members: int, attention: str
@@ -243,21 +295,26 @@ class NativeTransformer:
             pos = pos[:, :T] if pos_stacked else pos[:T]
             x = x + _member(pos.to(x.dtype), pos_stacked, 4)
         for i, block in enumerate(self.template.blocks):
-            if block.pre:
-                x = x + self._attention(W, i, norm(W, f"blocks.{i}.ln1", block.ln1, x), attention)
-                x = x + self._mlp(W, i, norm(W, f"blocks.{i}.ln2", block.ln2, x))
+            if block.pre:  # the RMSNorm gains fold into the products that read them
+                if x.stride(0) == 0:  # the residual must own its storage per member
+                    x = x.contiguous()
+                h, gain = split_norm(W, f"blocks.{i}.ln1", block.ln1, x)
+                x = self._attention(W, i, h, attention, gain=gain, residual=x)
+                h, gain = split_norm(W, f"blocks.{i}.ln2", block.ln2, x)
+                x = self._mlp(W, i, h, gain=gain, residual=x)
             else:
                 x = norm(W, f"blocks.{i}.ln1", block.ln1, x + self._attention(W, i, x, attention))
                 x = norm(W, f"blocks.{i}.ln2", block.ln2, x + self._mlp(W, i, x))
+        gain = None
         if self.template.ln_final is not None:
-            x = norm(W, "ln_final", self.template.ln_final, x)
+            x, gain = split_norm(W, "ln_final", self.template.ln_final, x)
         B = x.shape[1]
         flat = x.reshape(E, B * T, c.d_model)
         if c.tie_embeddings:
-            logits = _matmul_t(flat, emb, emb_stacked)
-        else:
+            logits = _matmul_t(flat, *_fold(emb, emb_stacked, gain))
+        else:  # x W_U = x (W_Uᵀ)ᵀ: the gain scales the columns of W_Uᵀ [(E,) V, d]
             u, u_stacked = W.get("W_U")
-            logits = torch.bmm(flat, u) if u_stacked else flat @ u
+            logits = _matmul_t(flat, *_fold(u.mT, u_stacked, gain))
         bias, bias_stacked = W.get("b_U")
         if bias is not None:
             logits = logits + _member(bias, bias_stacked, 3)

@@ -27,7 +27,12 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
-from gaugelab.models._member_native import NativeTransformer, Weights, unsupported
+from gaugelab.models._member_native import (
+    NativeTransformer,
+    Weights,
+    compiled_attention,
+    unsupported,
+)
 
 # torch's warning when vmap runs an op without a batching rule (the fused attention kernels)
 _FALLBACK_WARNING = "There is a performance drop because we have not yet implemented the batching"
@@ -86,7 +91,9 @@ class Ensemble(nn.Module):
             own model's kernel computes (the plain ops agree to ~1e-15 in float64), and at long
             windows it is faster (the [B, H, T, T] scores are never formed). None (default):
             fused on the native path, plain ops under vmap (the layout before the native path
-            existed). The compiled graph always uses the plain ops.
+            existed). The compiled vmap graph always uses the plain ops; the compiled native
+            one uses them for windows of at most ``_member_native.BROADCAST_MAX_T`` positions
+            (they fuse) and the fused kernel beyond.
 
     Attributes:
         n_members: E.
@@ -226,7 +233,8 @@ class Ensemble(nn.Module):
         if key not in self._compiled:
             native = self._native
             self._compiled[key] = torch.compile(
-                lambda s, h, t: native.forward(Weights(s, h), t, E, "broadcast"), dynamic=False
+                lambda s, h, t: native.forward(Weights(s, h), t, E, compiled_attention(t)),
+                dynamic=False,
             )
         return self._compiled[key](stacked, shared, tokens)
 
