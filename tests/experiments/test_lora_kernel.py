@@ -117,6 +117,10 @@ def test_a_second_run_reuses_the_store_and_reports_are_never_overwritten(study, 
 
 def test_a_run_holds_one_optimizer_and_bad_specs_name_the_field():
     assert [s.optimizer for s in plan(SPEC).specs()] == ["gd", "adam"]
+    # a run ignores the other optimizer's rate: changing gd's rate reuses the adam run
+    gd, adam = plan(SPEC.model_copy(update={"gd_lr": 0.05})).specs()
+    assert adam.identity() == plan(SPEC).specs()[1].identity()
+    assert gd.identity() != plan(SPEC).specs()[0].identity() and gd.gd_lr == 0.05
     with pytest.raises(ValueError, match="checkpoints"):
         quick_spec(checkpoints=(1, 3))
     with pytest.raises(ValueError, match="optimizers"):

@@ -58,9 +58,10 @@ def kernel(
         int | None, typer.Option(help="Probe windows N (default 16; 4 with --quick).")
     ] = None,
     probes: Annotated[
-        int | None, typer.Option(help="Output probes Q of the estimators (default 4).")
+        int | None,
+        typer.Option(help="Output probes Q of the estimators (default 8; 2 with --quick)."),
     ] = None,
-    gd_lr: Annotated[float | None, typer.Option(help="gd learning rate (default 0.5).")] = None,
+    gd_lr: Annotated[float | None, typer.Option(help="gd learning rate (default 0.1).")] = None,
     adam_lr: Annotated[
         float | None, typer.Option(help="adam learning rate (default 0.002).")
     ] = None,

@@ -33,7 +33,7 @@ OPTIMIZERS: dict[str, str] = {"gd": "identity", "adam": "adam step t"}
 """The optimizers a kernel run accepts (zoo names) → the metric its kernels use: plain SGD
 (``gd``) the identity, Adam its preconditioner at the checkpoint (a declared approximation,
 :func:`gaugelab.lowrank.kernels.adam_metric`)."""
-LR: dict[str, float] = {"gd": 0.5, "adam": 2e-3}
+LR: dict[str, float] = {"gd": 0.1, "adam": 2e-3}
 """The protocol's learning rates (ours, chosen on the default corpus; constant)."""
 QUICK_KERNEL: dict[str, Any] = {"steps": 6, "batch_size": 4, "checkpoints": (0, 3, 6),
                                 "probe_examples": 4, "probes": 2, "val_batches": 1}  # fmt: skip
@@ -77,7 +77,7 @@ class KernelSpec(ExperimentSpec):
     )
     probe_examples: int = Field(16, ge=1, description="Probe windows N (target validation).")
     probe_seed: int = Field(99, description="Seed of the probe windows' draw.")
-    probes: int = Field(4, ge=2, description="Output probes Q of the drift estimators.")
+    probes: int = Field(8, ge=2, description="Output probes Q of the drift estimators.")
     estimator_seed: int = Field(0, description="Seed of the output probes z_q (Rademacher).")
     val_batches: int = Field(
         2, ge=1, description="Validation batches per domain (the pretrain's fixed ones)."

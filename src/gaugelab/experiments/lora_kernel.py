@@ -62,10 +62,13 @@ __all__ = [
 
 
 def plan(spec: KernelSpec, study: str | None = None) -> Sweep:
-    """One run per optimizer (all paths inside it), in the study
+    """One run per optimizer (all paths inside it; the other optimizer's rate at its default,
+    so a change of one rate reuses the other optimizer's stored run), in the study
     ``lora-kernel-<identity[:12]>`` unless ``study`` is given. The pretrain run is not part of
     it (:func:`gaugelab.experiments.lora.plan_pretrain`; :func:`run_lora_kernel` runs both)."""
-    variants = [{"optimizers": [o]} for o in spec.optimizers]
+    defaults = KernelSpec.model_fields
+    other = {"gd": "adam_lr", "adam": "gd_lr"}  # the rate a run does not read, at its default
+    variants = [{"optimizers": [o], other[o]: defaults[other[o]].default} for o in spec.optimizers]
     return Sweep(spec, variants=variants, name=study or f"lora-kernel-{spec.identity()[:12]}")
 
 
