@@ -175,22 +175,26 @@ def tables(result: LoraTwinsResult) -> list[rep.Table]:
 
 
 def distance_figure(result: LoraTwinsResult) -> Figure:
-    """One panel per optimizer: each twin's logit distance to the base against the step (log
-    scale; exact zeros drawn at the axis floor)."""
+    """One panel per optimizer: each twin's logit distance to the base against the step
+    (log–log, steps ≥ 1). A log axis has no 0: a twin at exactly 0 at every step is named in
+    the panel's title instead of drawn, and a single exact 0 is left out of its line."""
     done = [r for r in result.rows if r.records]
     fig = Figure(figsize=(3.2 * max(1, len(done)), 3.2), layout="constrained")
     FigureCanvasAgg(fig)  # display-free; pyplot's global state is never touched
     axes = fig.subplots(1, max(1, len(done)), squeeze=False)[0]
     colors = rep.palette(list(TWINS))
     for ax, r in zip(axes, done, strict=False):
-        positive = [v for t in TWINS for v in r.series(f"{t}/logit_distance")[1] if v > 0]
-        floor = min(positive) / 10 if positive else 1e-12
+        exact = []
         for twin in TWINS:
             steps, values = r.series(f"{twin}/logit_distance")
-            keep = [(s, max(v, floor)) for s, v in zip(steps, values, strict=True) if s >= 1]
+            points = [(s, v) for s, v in zip(steps, values, strict=True) if s >= 1]
+            keep = [(s, v) for s, v in points if v > 0]
+            if points and not keep:
+                exact.append(twin)
             if keep:
                 ax.plot(*zip(*keep, strict=True), marker="o", label=twin, color=colors[twin])
-        ax.set(title=r.optimizer, xlabel="twin step", yscale="log", xscale="log")
+        title = r.optimizer + (f"\n(exactly 0: {', '.join(exact)})" if exact else "")
+        ax.set(title=title, xlabel="twin step", yscale="log", xscale="log")
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("relative logit distance")
     axes[0].legend(fontsize="small")
@@ -223,7 +227,8 @@ def report(result: LoraTwinsResult, out_dir: str | os.PathLike[str]) -> Path:
                 folder,
                 "twin_distances",
                 caption="Relative logit distance of each twin to the base adapter over the twin "
-                "phase, one panel per optimizer (log–log; an exact 0 is drawn at the floor).",
+                "phase, one panel per optimizer (log–log; a twin at exactly 0 throughout is "
+                "named in its panel's title).",
             )
         )
 
