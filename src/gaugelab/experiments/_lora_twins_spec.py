@@ -4,8 +4,10 @@
 its identity is part of the run's), a LoRA adapter of rank ``rank`` warmed up for
 ``warmup_steps`` AdamW steps on the target domain (``B = 0`` at initialisation hides the gauge:
 every twin of a zero ``B`` is the base), then the base adapter and its twins trained as one
-ensemble with ``optimizer`` from a zero optimizer state. Every default fits the protocol of
-docs/commands/lora-twins.md (a few minutes on two cores, the pretrain included).
+ensemble with ``optimizer`` from a zero optimizer state. Every default is the protocol of
+docs/commands/lora-twins.md (about ten minutes on two cores for the five twin runs, plus the
+pretrain run of ``lora finetune`` when the store lacks it). A twin run writes no checkpoint:
+one interrupted starts again from step 0.
 
 Source: singh2026lossbasis, §6 (the twin triplet); seed 000, Example 3.7 and seed 003 §0x08
 (the LoRA gauge ``(B G, G⁻¹ A)``, the scalar gauge ``(c B, A/c)`` and its learning-rate
