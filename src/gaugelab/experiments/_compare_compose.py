@@ -22,6 +22,7 @@ from gaugelab.experiments._compare_sources import (
     losses,
     merged_model,
     open_store,
+    order,
     target_batches,
 )
 from gaugelab.experiments._lora_ladder import capture_inputs
@@ -142,9 +143,12 @@ def compose_lora(
     composed = compose_adapters(adapters, weights, method=method, rank=rank,  # type: ignore[arg-type]
                                 allow_different_bases=allow_different_bases)  # fmt: skip
     folder = composed.save(out)
-    result = ComposeResult([f.label for f in found], composed.weights, method, rank, folder,
-                           composed.ledger)  # fmt: skip
-    result.stages = _stages(found, composed.weights)
+    labels = [f.label for f in found]
+    if len(set(labels)) < len(labels):  # the same candidate twice (other seeds, studies)
+        labels = [f"[{j}] {label}" for j, label in enumerate(labels)]
+    ledger = sorted(composed.ledger, key=lambda m: order(m.module))
+    result = ComposeResult(labels, composed.weights, method, rank, folder, ledger)
+    result.stages = _stages(found, composed.weights, labels)
     if not evaluate:
         result.notes.append("losses and sampled-output interference: not asked for")
         return result
@@ -158,11 +162,11 @@ def compose_lora(
     return result
 
 
-def _stages(found: list[Found], weights: tuple[float, ...]) -> list[dict]:
+def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -> list[dict]:
     """The staged expansion of every module, summed over modules, one row per stage."""
     adapters = [f.source.adapter for f in found]
-    rows = [{"stage": t, "source": f.label, "rank_stage": 0, "rank_total": 0, "new_row": 0,
-             "new_column": 0} for t, f in enumerate(found)]  # fmt: skip
+    rows = [{"stage": t, "source": labels[t], "rank_stage": 0, "rank_total": 0, "new_row": 0,
+             "new_column": 0} for t in range(len(found))]  # fmt: skip
     modules = dict.fromkeys(m for a in adapters for m in a.modules)  # type: ignore[union-attr]
     for m in modules:
         present = [j for j, a in enumerate(adapters) if m in a.modules]  # type: ignore[union-attr]
@@ -190,9 +194,9 @@ def _evaluate(result: ComposeResult, found: list[Found], composed, samples: int)
         return out
 
     result.losses["pretrained"] = measure({})
-    for f in found:
+    for f, label in zip(found, result.sources, strict=True):
         own = {m: f.source.adapter.delta_weight(m).to(f64) for m in f.source.adapter.modules}  # type: ignore[union-attr]
-        result.losses[f"{f.label} alone"] = measure(own)
+        result.losses[f"{label} alone"] = measure(own)
     result.losses["composition"] = measure({m: adapter.delta_weight(m).to(f64) for m in modules})
     total: dict[str, torch.Tensor] = {}
     for t, f in enumerate(found):  # the running sum after each stage

@@ -25,7 +25,7 @@ from gaugelab.experiments._lora_sources import (
     resolve_path,
     resolve_run,
 )
-from gaugelab.experiments._lora_spec import FinetuneSpec
+from gaugelab.experiments._lora_spec import ALL_TARGETS, FinetuneSpec
 from gaugelab.models import Transformer
 from gaugelab.study.store import RunStore
 
@@ -37,12 +37,21 @@ __all__ = [
     "losses",
     "merged_model",
     "open_store",
+    "order",
     "target_batches",
 ]  # fmt: skip
 
 LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 _FAMILIES = {"q_proj": "attention", "k_proj": "attention", "v_proj": "attention",
              "o_proj": "attention", "fc_in": "mlp", "fc_gate": "mlp", "fc_out": "mlp"}  # fmt: skip
+
+
+def order(module: str) -> tuple[int, int, str]:
+    """Block order, then the projections' order within a block, then the name."""
+    match = LAYER.search(module)
+    leaf = module.rsplit(".", 1)[-1]
+    pos = ALL_TARGETS.index(leaf) if leaf in ALL_TARGETS else len(ALL_TARGETS)
+    return (int(match[1]) if match else -1, pos, module)
 
 
 def family(module: str) -> str:
@@ -60,11 +69,13 @@ class Found:
 
     @property
     def label(self) -> str:
-        """What to call it in tables: ``lora r=4 seed 0``, ``full seed 1``, or the folder."""
+        """What to call it in tables: ``lora r=4 seed 0``, ``full seed 1``, or the folder;
+        a run named by its identity keeps it (``lora r=4 seed 0, run ec3253287961``)."""
         s = self.source
         if s.seed is None:
             return Path(self.name).name or self.name
-        return f"{s.label} seed {s.seed}"
+        named = "" if self.name in (s.label, "full") else f", {s.source}"
+        return f"{s.label} seed {s.seed}{named}"
 
     def updates(self) -> dict[str, object]:
         """Module → ``(B, A, s)`` float64 factors (LoRA) or a dense ``[d_out, d_in]`` float64

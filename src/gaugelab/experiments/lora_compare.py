@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from gaugelab.experiments._compare_compose import ComposeResult, compose_lora
-from gaugelab.experiments._compare_sources import LAYER, family, find, open_store
+from gaugelab.experiments._compare_sources import LAYER, family, find, open_store, order
 from gaugelab.lowrank.subspaces import (
     HaarNull,
     UpdateBases,
@@ -177,7 +177,7 @@ def compare_lora(
     if only:
         notes.append(f"adapted by one side only, not compared: {', '.join(only)}")
     modules = []
-    for m in sorted(shared, key=_order):
+    for m in sorted(shared, key=order):
         x_a, x_b = ua[m], ub[m]
         ba = _bases(x_a, policy, rho, dense_policy, dense_rho, fa.source.dtype, m)
         bb = _bases(x_b, policy, rho, dense_policy, dense_rho, fb.source.dtype, m)
@@ -222,15 +222,6 @@ def compare_lora(
     return CompareResult(fa.label, fb.label, fa.source.source, fb.source.source,
                          fa.source.method, fb.source.method, policy_text, rho, modules,
                          notes)  # fmt: skip
-
-
-def _order(module: str) -> tuple[int, int, str]:
-    from gaugelab.experiments._lora_spec import ALL_TARGETS
-
-    match = LAYER.search(module)
-    leaf = module.rsplit(".", 1)[-1]
-    pos = ALL_TARGETS.index(leaf) if leaf in ALL_TARGETS else len(ALL_TARGETS)
-    return (int(match[1]) if match else -1, pos, module)
 
 
 def _report_dir(store, name: str, out: str | os.PathLike[str] | None) -> Path:
