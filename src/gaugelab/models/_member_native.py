@@ -9,9 +9,11 @@ on ``[E, B, T, d]``; attention runs on ``[E, B, H, T, D]``, through
 function per member) or through the same computation in plain ops. Nothing is copied per member
 and nothing is stacked at call time, unlike ``vmap(functional_call)``.
 
-The forward is the same function as the E separate models (to round-off: the products sum in
-the same order per member, only the kernels differ), and members with equal weights compute
-bitwise equal outputs and gradients (every member runs the same kernel on its own slice).
+The forward is the same function as the E separate models, to round-off (~1e-16 relative in
+float64): the kernels differ, a pre-norm RMSNorm's gain is folded into the weights of the
+products that read it, and the residual and LoRA adds run inside ``baddbmm``. Members with
+equal weights compute bitwise equal outputs and gradients (every member runs the same kernel
+on its own slice), which is what the twin protocol's identity twin needs.
 
 Known modules (anything else is left to the ``vmap`` path): ``Transformer`` and its ``Block``,
 ``Attention``, ``MLP``, ``RMSNorm``, ``nn.LayerNorm``, ``nn.Embedding`` (no ``max_norm``,
