@@ -1,0 +1,444 @@
+"""Start-up and fixed costs (issue 12 §4): each measured against a plain peer in the same run.
+
+Every measurement runs a fresh process (this interpreter, one torch thread, ``OMP_NUM_THREADS=1``):
+
+* ``gaugelab --help``: whole-process seconds, against a one-command Typer app's ``--help`` with
+  the same markup mode (the floor every Typer CLI with rich help pays). Target: ours ≤ 0.5 s.
+* ``gaugelab runs list``: on a store of the tiny zoo's study, against a plain ``sqlite3`` script
+  printing the same runs' identity, kind and creation time.
+* the tiny zoo (2 rules × 3 seeds × 2,000 steps, no convex row; the issue's example): its fixed
+  overhead is the whole process minus its compute. Ours: the wall seconds of ``gaugelab zoo``
+  minus the warm seconds of its two rules through the same engine (``train_rule``, timed in
+  this process after a warm-up); the peer: a plain-torch script (the reference's way: one run at
+  a time, hand-written dense gd / Adam updates on the same 462 × 1,600 measurements, the same
+  stopping rules) minus its own timed loops. Target: ours ≤ 1 s. Where it goes: the rows below
+  it break a fresh process down (imports, the first ``deterministic()`` block, the first rule's
+  cold − warm seconds, the report), each beside the peer's corresponding cost where it has one.
+* peak memory (max RSS, from ``os.wait4``) of ``gaugelab twins --quick`` and ``gaugelab zoo
+  --quick`` against plain-torch peers doing the same protocol's work: the twins peer trains the
+  same 2-block Transformer (base, gauge, identity and noise twin) for every optimizer and step
+  with plain ``nn.Module`` code; the zoo peer runs every rule's grid at seed 42 for 2,000 steps
+  (dense updates: gd-like for the plain rules, Adam-like moments for the adaptive ones — a
+  40 × 40 state is kilobytes, so what each rule computes does not move the peak) and, as the
+  quick zoo does, the minimum-nuclear-norm row through cvxpy when it is installed. Target: ≤ 1.2×.
+
+``--quick``: one repeat, 500 zoo steps, and the twins with one optimizer for 10 steps (the peak
+is that of the smaller job on both sides). Timings on a shared machine move with its load; each
+row's two sides run back to back, repeat by repeat (``gaugelab.cli.bench.time_calls``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+from gaugelab.cli.bench import Timing, ratio_cell, time_calls
+
+TITLE = "start-up: --help, runs list, a tiny zoo's fixed overhead, peak memory vs plain peers"
+COLUMNS = ["measure", "gaugelab", "peer", "ratio (gaugelab / peer)", "target", "peer is"]
+
+RULES = ("gd", "adam")
+SEEDS = (42, 123, 456)
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "COLUMNS": "120"}
+
+_TYPER_PEER = """
+import typer
+app = typer.Typer(rich_markup_mode="markdown", add_completion=False)
+@app.command()
+def hello(name: str = "x") -> None:
+    '''Say hello.'''
+@app.command()
+def bye() -> None:
+    '''Say bye.'''
+app()
+"""
+
+_SQLITE_PEER = """
+import sqlite3, sys
+db = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
+for identity, kind, created in db.execute("SELECT identity, kind, created_at FROM runs"):
+    print(identity[:12], kind, created[:16])
+"""
+
+_SENSING_PEER = textwrap.dedent("""
+    import json, math, sys, time
+    import torch
+    torch.set_num_threads(1)
+    n, r, steps = 40, 3, int(sys.argv[1])
+    m = 2 * r * (2 * n - r)
+    grids = json.loads(sys.argv[2])
+    seeds = json.loads(sys.argv[3])
+    convex = sys.argv[4] == "1"
+    compute, rows = 0.0, []
+    for seed in seeds:
+        g = torch.Generator().manual_seed(seed)
+        us, vs = torch.randn(n, r, generator=g) / r**0.5, torch.randn(n, r, generator=g) / r**0.5
+        target = us @ vs.T
+        A = torch.randn(m, n * n, generator=g)
+        y = A @ target.flatten()
+        for rule, (adaptive, lrs) in grids.items():
+            for lr in lrs:
+                g2 = torch.Generator().manual_seed(seed + 7)
+                U = 1e-3 * torch.randn(n, n, generator=g2)
+                V = 1e-3 * torch.randn(n, n, generator=g2)
+                mU, mV, vU, vV = (torch.zeros(n, n) for _ in range(4))
+                start = time.perf_counter()
+                for s in range(1, steps + 1):
+                    res = A @ (U @ V.T).flatten() - y
+                    loss = float(res @ res) / m
+                    if not math.isfinite(loss) or loss > 1e8:
+                        break
+                    if s % 200 == 0 and loss < 1e-7:
+                        break
+                    G = (A.T @ res).view(n, n) * (2 / m)
+                    gU, gV = G @ V, G.T @ U
+                    if adaptive:
+                        for p, gr, mo, ve in ((U, gU, mU, vU), (V, gV, mV, vV)):
+                            mo.mul_(0.9).add_(gr, alpha=0.1)
+                            ve.mul_(0.999).addcmul_(gr, gr, value=0.001)
+                            p.sub_(lr * (mo / (1 - 0.9**s)) / ((ve / (1 - 0.999**s)).sqrt() + 1e-8))
+                    else:
+                        U.sub_(lr * gU)
+                        V.sub_(lr * gV)
+                compute += time.perf_counter() - start
+                norm = torch.linalg.matrix_norm
+                err = float(norm(U @ V.T - target) / norm(target))
+                rows.append((rule, lr, seed, err))
+        if convex:
+            import cvxpy as cp
+            start = time.perf_counter()
+            X = cp.Variable((n, n))
+            fit = A.double().numpy() @ cp.vec(X.T) == y.double().numpy()
+            cp.Problem(cp.Minimize(cp.normNuc(X)), [fit]).solve(solver="SCS")
+            compute += time.perf_counter() - start
+    for rule, lr, seed, err in rows:
+        print(f"{rule:12s} {lr:8.0e} {seed:4d} {err:.3g}")
+    print(json.dumps({"compute": compute}))
+""")
+
+_TWINS_PEER = textwrap.dedent("""
+    import copy, sys, torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    torch.set_num_threads(1)
+    optimizers, steps = sys.argv[1].split(","), int(sys.argv[2])
+    P, D, H, DH = 47, 64, 4, 16
+    pairs = torch.tensor([(a, b) for a in range(P) for b in range(P)])
+    perm = torch.randperm(len(pairs), generator=torch.Generator().manual_seed(42))
+    x = torch.cat([pairs, torch.full((len(pairs), 1), P)], 1)
+    labels = (pairs[:, 0] + pairs[:, 1]) % P
+    train, val = perm[: int(0.4 * len(pairs))], perm[int(0.4 * len(pairs)):]
+
+    class Norm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = nn.Parameter(torch.ones(D))
+        def forward(self, h):
+            return h / h.norm(dim=-1, keepdim=True) * D**0.5 * self.g
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = Norm(), Norm()
+            self.q, self.k, self.v, self.o = (nn.Linear(D, H * DH, bias=False) for _ in range(4))
+            self.fc_in, self.fc_out = nn.Linear(D, 256, bias=False), nn.Linear(256, D, bias=False)
+        def forward(self, h):
+            a = self.n1(h)
+            B, T = a.shape[:2]
+            q, k, v = (f(a).view(B, T, H, DH).transpose(1, 2) for f in (self.q, self.k, self.v))
+            att = torch.softmax(q @ k.transpose(-1, -2) / DH**0.5, -1) @ v
+            h = h + self.o(att.transpose(1, 2).reshape(B, T, H * DH))
+            return h + self.fc_out(F.silu(self.fc_in(self.n2(h))))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.pos = nn.Embedding(P + 1, D), nn.Parameter(torch.randn(3, D) * 0.02)
+            self.blocks = nn.ModuleList(Block() for _ in range(2))
+            self.norm, self.head = Norm(), nn.Linear(D, P, bias=False)
+        def forward(self, tokens):
+            h = self.emb(tokens) + self.pos
+            for b in self.blocks:
+                h = b(h)
+            return self.head(self.norm(h))[:, -1]
+
+    def ns5(G):
+        X = G / (G.norm() + 1e-7)
+        for _ in range(5):
+            A = X @ X.T
+            X = 3.4445 * X + (-4.7750 * A + 2.0315 * A @ A) @ X
+        return X
+
+    def make(name, model):
+        hidden = [p for n, p in model.named_parameters() if p.ndim == 2 and "blocks" in n]
+        other = [p for n, p in model.named_parameters() if not (p.ndim == 2 and "blocks" in n)]
+        if name == "adam":
+            return [torch.optim.Adam(model.parameters(), lr=1e-3)], []
+        if name == "heavy-ball":
+            return [torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)], []
+        if name == "scalar-adam":  # Adam with one second moment per tensor
+            return [], [("scalar", p, {}) for p in model.parameters()]
+        return [torch.optim.Adam(other, lr=1e-3)], [("muon", p, {}) for p in hidden]
+
+    def manual_step(items, s):
+        for kind, p, st in items:
+            g = p.grad
+            if kind == "muon":
+                st["m"] = 0.95 * st.get("m", torch.zeros_like(g)) + g
+                p.data.sub_(0.02 * ns5(st["m"]))
+            else:
+                st["m"] = 0.9 * st.get("m", torch.zeros_like(g)) + 0.1 * g
+                st["v"] = 0.999 * st.get("v", torch.zeros(())) + 0.001 * (g * g).mean()
+                v_hat = (st["v"] / (1 - 0.999**s)).sqrt()
+                p.data.sub_(3e-3 * (st["m"] / (1 - 0.9**s)) / (v_hat + 1e-8))
+
+    for name in optimizers:
+        torch.manual_seed(42)
+        base = Model()
+        twins = [copy.deepcopy(base) for _ in range(3)]
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(777)
+            for blk in twins[0].blocks:  # gauge twin: each head's W_Q, W_K rotated by one Q
+                for h in range(H):
+                    Q = torch.linalg.qr(torch.randn(DH, DH, generator=g)).Q
+                    rows = slice(h * DH, (h + 1) * DH)
+                    blk.q.weight[rows] = Q.T @ blk.q.weight[rows]
+                    blk.k.weight[rows] = Q.T @ blk.k.weight[rows]
+            g = torch.Generator().manual_seed(888)
+            for blk in twins[2].blocks:  # noise twin
+                blk.q.weight.add_(1e-7 * torch.randn(blk.q.weight.shape, generator=g))
+        models = [base, *twins]
+        opts = [make(name, m) for m in models]
+        for s in range(1, steps + 1):
+            for m, (torch_opts, manual) in zip(models, opts):
+                loss = F.cross_entropy(m(x[train]), labels[train])
+                for o in torch_opts:
+                    o.zero_grad()
+                m.zero_grad()
+                loss.backward()
+                for o in torch_opts:
+                    o.step()
+                manual_step(manual, s)
+            if s in (1, 10, 50, 100, 300, 600, 1000, 1500) or s == steps:
+                with torch.no_grad():
+                    ref = base(x[val])
+                    dist = [float((t(x[val]) - ref).norm() / ref.norm()) for t in twins]
+                print(name, s, " ".join(f"{d:.2e}" for d in dist))
+""")
+
+
+def _run(args: list[str], cwd: str | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, env=ENV, capture_output=True, text=True, cwd=cwd, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"bench start: {' '.join(args[:4])} … failed:\n{done.stderr[-2000:]}")
+    return done
+
+
+def _peak_mib(args: list[str], cwd: str | None = None) -> float:
+    """Max RSS (MiB) of one fresh process running ``args`` (its own, from ``os.wait4``)."""
+    with open(os.devnull, "w") as null:
+        process = subprocess.Popen(args, env=ENV, stdout=null, stderr=subprocess.PIPE, cwd=cwd)
+        stderr = process.stderr.read()  # type: ignore[union-attr]
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"bench start: {' '.join(args[:4])} … failed:\n{stderr[-2000:]!r}")
+    return usage.ru_maxrss / 1024
+
+
+def _gaugelab(*args: str) -> list[str]:
+    return [sys.executable, "-c", "from gaugelab.cli import main; main()", *args]
+
+
+def _grids(rules, quick_lr: bool = False) -> dict[str, tuple[bool, tuple[float, ...]]]:
+    """Rule → (adaptive, its zoo grid), for the peer."""
+    from gaugelab.experiments.zoo import LearningRateGrids
+
+    adaptive = {"adam", "adamw", "scalar-adam", "rmsprop", "adafactor", "adam-p"}
+    grids = LearningRateGrids()
+    return {rule: (rule in adaptive, tuple(grids.grid(rule))) for rule in rules}
+
+
+def _zoo_compute(steps: int) -> Timing:
+    """Warm seconds of the tiny zoo's two rules through the engine (3 repeats, after one)."""
+    from gaugelab.determinism import deterministic
+    from gaugelab.experiments._sensing import SensingBatch
+    from gaugelab.experiments._training import train_rule
+    from gaugelab.experiments.zoo import ZooSpec
+
+    spec = ZooSpec(rules=RULES, seeds=SEEDS, steps=steps, convex=False)
+    batch = SensingBatch.build(spec)
+
+    def both() -> None:
+        with deterministic():
+            for rule in spec.rules:
+                train_rule(
+                    spec,
+                    batch,
+                    rule,
+                    spec.lr_grids.grid(rule),
+                    decay=spec.decays(rule, spec.decayed),
+                )
+
+    return time_calls({"ours": both}, number=1, repeat=3, warmup=1)["ours"]
+
+
+_BREAKDOWN = """
+import json, sys, tempfile, time
+t0 = time.perf_counter()
+import gaugelab.cli
+t1 = time.perf_counter()
+import gaugelab.experiments.zoo as zoo
+from gaugelab.determinism import deterministic
+from gaugelab.experiments._sensing import SensingBatch
+from gaugelab.experiments._training import train_rule
+t2 = time.perf_counter()
+spec = zoo.ZooSpec(rules=tuple(sys.argv[2].split(",")), steps=int(sys.argv[1]), convex=False)
+batch = SensingBatch.build(spec)
+t3 = time.perf_counter()
+with deterministic():
+    t4 = time.perf_counter()
+    rule = spec.rules[0]
+    grid, decay = spec.lr_grids.grid(rule), spec.decays(rule, spec.decayed)
+    train_rule(spec, batch, rule, grid, decay=decay)
+    t5 = time.perf_counter()
+    train_rule(spec, batch, rule, grid, decay=decay)
+    t6 = time.perf_counter()
+with tempfile.TemporaryDirectory() as folder:
+    out = zoo.run_zoo(spec, store=folder + "/store.sqlite", write_report=False)
+    t7 = time.perf_counter()
+    zoo.report(out.result, folder + "/report")
+    t8 = time.perf_counter()
+print(json.dumps({"cli": t1 - t0, "zoo": t2 - t1, "batch": t3 - t2, "deterministic": t4 - t3,
+                  "first_rule": (t5 - t4) - (t6 - t5), "report": t8 - t7}))
+"""
+
+_TORCH_IMPORT = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
+
+
+def _seconds(t: Timing) -> str:
+    return t.cell(scale=1.0, digits=2)
+
+
+def run(*, quick: bool = False, progress=None) -> list[list]:
+    repeat = 1 if quick else 3
+    steps = 500 if quick else 2000
+    task = progress.add_task("start", total=6) if progress else None
+
+    def advance() -> None:
+        if progress is not None:
+            progress.advance(task)
+
+    rows: list[list] = []
+    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
+        peer_cli = Path(folder, "peer_cli.py")
+        peer_cli.write_text(_TYPER_PEER)
+        help_t = time_calls(
+            {"ours": lambda: _run(_gaugelab("--help")),
+             "peer": lambda: _run([sys.executable, str(peer_cli), "--help"])},
+            number=1, repeat=2 * repeat + 1, warmup=1,
+        )  # fmt: skip
+        rows.append(["gaugelab --help (s)", _seconds(help_t["ours"]), _seconds(help_t["peer"]),
+                     ratio_cell(help_t["ours"], help_t["peer"]), "ours ≤ 0.5 s",
+                     "a 2-command Typer app's --help"])  # fmt: skip
+        advance()
+
+        # the tiny zoo, whole process: the issue's example
+        store = Path(folder, "store.sqlite")
+        zoo_args = _gaugelab("zoo", "--rules", ",".join(RULES), "--seeds",
+                             ",".join(map(str, SEEDS)), "--steps", str(steps), "--no-convex",
+                             "--store", str(store))  # fmt: skip
+        peer_zoo = Path(folder, "peer_zoo.py")
+        peer_zoo.write_text(_SENSING_PEER)
+        grids = json.dumps(_grids(RULES))
+        peer_compute: list[float] = []
+
+        def peer() -> None:
+            done = _run([sys.executable, str(peer_zoo), str(steps), grids, json.dumps(SEEDS), "0"])
+            peer_compute.append(json.loads(done.stdout.strip().splitlines()[-1])["compute"])
+
+        def ours() -> None:  # a new store each time: nothing is reused
+            fresh = Path(folder, f"store-{time.monotonic_ns()}.sqlite")
+            _run([*zoo_args[:-1], str(fresh)])
+            if not store.exists():
+                fresh.rename(store)
+
+        whole = time_calls({"ours": ours, "peer": peer}, number=1, repeat=repeat, warmup=0)
+        advance()
+        compute = _zoo_compute(steps)
+        advance()
+        ours_fixed = Timing(tuple(w - compute.median for w in whole["ours"].samples))
+        peer_fixed = Timing(tuple(w - c for w, c in zip(whole["peer"].samples, peer_compute,
+                                                         strict=True)))  # fmt: skip
+        shape = f"{len(RULES)} rules × {len(SEEDS)} seeds × {steps} steps"
+        rows.append([f"tiny zoo ({shape}), whole process (s)", _seconds(whole["ours"]),
+                     _seconds(whole["peer"]), ratio_cell(whole["ours"], whole["peer"]), "",
+                     "plain torch, one run at a time"])  # fmt: skip
+        rows.append(["  its compute (s)", _seconds(compute),
+                     f"{sum(peer_compute) / len(peer_compute):.2f}", "", "",
+                     "its timed loops"])  # fmt: skip
+        rows.append(["  fixed overhead: whole − compute (s)", _seconds(ours_fixed),
+                     _seconds(peer_fixed), ratio_cell(ours_fixed, peer_fixed), "ours ≤ 1 s",
+                     "python + torch import, the instances"])  # fmt: skip
+        parts = json.loads(_run([sys.executable, "-c", _BREAKDOWN, str(steps),
+                                 ",".join(RULES)]).stdout.strip().splitlines()[-1])  # fmt: skip
+        torch_import = float(_run([sys.executable, "-c", _TORCH_IMPORT]).stdout)
+        rows += [
+            ["    import gaugelab.cli (s)", f"{parts['cli']:.2f}", "—", "", "", ""],
+            ["    import the zoo experiment, torch included (s)", f"{parts['zoo']:.2f}",
+             f"{torch_import:.2f}", f"{parts['zoo'] / torch_import:.2f}×", "", "import torch"],
+            ["    first deterministic() block (s)", f"{parts['deterministic']:.2f}", "—", "", "",
+             ""],
+            ["    first rule, cold − warm (s)", f"{parts['first_rule']:.2f}", "—", "", "", ""],
+            ["    the report: tables, 3 figures, HTML (s)", f"{parts['report']:.2f}", "—", "", "",
+             ""],
+        ]  # fmt: skip
+        advance()
+
+        listing = time_calls(
+            {"ours": lambda: _run(_gaugelab("runs", "list", "--store", str(store))),
+             "peer": lambda: _run([sys.executable, "-c", _SQLITE_PEER, str(store)])},
+            number=1, repeat=2 * repeat + 1, warmup=1,
+        )  # fmt: skip
+        rows.insert(1, ["gaugelab runs list (s)", _seconds(listing["ours"]),
+                        _seconds(listing["peer"]), ratio_cell(listing["ours"], listing["peer"]),
+                        "", "sqlite3: the same runs' rows"])  # fmt: skip
+        advance()
+
+        # peak memory
+        from gaugelab.experiments.zoo import ZooSpec
+
+        twins = ["--optimizers", "adam", "--steps", "10"] if quick else ["--quick"]
+        optimizers = "adam" if quick else "adam,heavy-ball,scalar-adam,muon-hybrid"
+        peer_twins = Path(folder, "peer_twins.py")
+        peer_twins.write_text(_TWINS_PEER)
+        ours_twins = _peak_mib(_gaugelab("twins", *twins, "--store", str(Path(folder, "t.sqlite"))))
+        peer_t = _peak_mib([sys.executable, str(peer_twins), optimizers, "10" if quick else "100"])
+        rows.append([f"peak memory: twins {' '.join(twins)} (MiB)", f"{ours_twins:.0f}",
+                     f"{peer_t:.0f}", f"{ours_twins / peer_t:.2f}×", "≤ 1.2×",
+                     "plain nn.Module twins, same model"])  # fmt: skip
+        advance()
+        quick_zoo = ["--quick", "--steps", "200"] if quick else ["--quick"]
+        try:
+            import cvxpy  # noqa: F401
+
+            convex = "1"
+        except ImportError:
+            convex = "0"
+        ours_zoo = _peak_mib(_gaugelab("zoo", *quick_zoo, "--store", str(Path(folder, "z.sqlite"))))
+        zoo_rules = ZooSpec().rules
+        peer_z = _peak_mib([sys.executable, str(peer_zoo), "200" if quick else "2000",
+                            json.dumps(_grids(zoo_rules)), "[42]", convex])  # fmt: skip
+        rows.append([f"peak memory: zoo {' '.join(quick_zoo)} (MiB)", f"{ours_zoo:.0f}",
+                     f"{peer_z:.0f}", f"{ours_zoo / peer_z:.2f}×", "≤ 1.2×",
+                     f"plain torch, {len(zoo_rules)} rules' grids"
+                     + (" + cvxpy row" if convex == "1" else "")])  # fmt: skip
+        advance()
+    return rows
