@@ -173,6 +173,58 @@ class SensingBatch:
         grad_W = (residual @ self.A).view_as(W) * (2.0 / residual.shape[-1])  # [S, L, n, n]
         return loss, grad_W @ V, grad_W.mT @ U
 
+    def member_loss_and_grad(
+        self, U: torch.Tensor, V: torch.Tensor, rows: torch.Tensor, width: int, *, grad: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """:meth:`loss_and_grad` for the members still in a compacted batch.
+
+        The members of the full batch are the flat rows ``e = seed·width + j`` of the
+        ``[S, width]`` grid (seed-major); ``rows`` names the ones present. The two products
+        against the measurements run per seed that has a member present, always on the seed's
+        full ``width`` rows (absent members' rows are zeros and their results are dropped):
+        a product's row does not depend on the other rows' values, but a BLAS may round it
+        differently for another number of rows (a single row takes a matrix–vector kernel), so
+        a present member's numbers are those of the uncompacted batch bit for bit, and a seed
+        with no member present costs nothing.
+
+        Args:
+            U, V: ``[E', n, k]`` the present members, in the order of ``rows``.
+            rows: ``[E']`` int64, increasing flat indices into ``[S·width]``.
+            width: members per seed in the full batch (the rate grid's size).
+            grad: also return the gradients (else ``None, None``).
+
+        Returns:
+            ``(loss [E'], grad_U [E', n, k], grad_V [E', n, k])``.
+        """
+        S, size = len(self.seeds), rows.numel()
+        W = U @ V.mT  # [E', n, n]
+        n2, m = W.shape[-2] * W.shape[-1], self.y.shape[-1]
+        full = size == S * width
+        if full:
+            grid = W.view(S, width, n2)
+            seeds: list[int] = list(range(S))
+        else:
+            grid = W.new_zeros(S * width, n2)
+            grid[rows] = W.flatten(-2)
+            grid = grid.view(S, width, n2)
+            seeds = torch.unique(rows // width).tolist()
+        residual = W.new_zeros(S, width, m)
+        for s in seeds:
+            residual[s] = grid[s] @ self.AT[s] - self.y[s]
+        loss = (residual * residual).mean(dim=-1).view(-1)
+        if not full:
+            loss = loss[rows]
+        if not grad:
+            return loss, None, None
+        grad_grid = W.new_zeros(S, width, n2)
+        for s in seeds:
+            grad_grid[s] = (residual[s] @ self.A[s]) * (2.0 / m)
+        grad_W = grad_grid.view(S * width, n2)
+        if not full:
+            grad_W = grad_W[rows]
+        grad_W = grad_W.view_as(W)
+        return loss, grad_W @ V, grad_W.mT @ U
+
     def recovery_error(self, W: torch.Tensor) -> torch.Tensor:
         """``‖W − target‖_F / ‖target‖_F`` per member: ``[S, L, n, n]`` → ``[S, L]``."""
         target = self.target[:, None]

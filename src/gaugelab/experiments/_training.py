@@ -3,9 +3,11 @@
 Steps run in the reference's order (its ``optimizer_zoo_bias.py``): at step ``s`` the loss after
 ``s − 1`` updates is read, update ``s`` is applied, and at ``s ≡ 0 (mod check_every)`` a member
 whose loss read at that step was below the threshold stops, with ``s`` updates. A member that
-interpolates stops (its updates are masked) and keeps the step at which it stopped; a member
-that diverges is rolled back to its last parameters with a finite, bounded
-loss and masked (divergence of one member is an outcome, not an error of the ensemble). Given a
+interpolates stops and keeps the step at which it stopped; a member that diverges is rolled
+back to its last parameters with a finite, bounded loss and stops (divergence of one member is
+an outcome, not an error of the ensemble). A member that stops leaves the batch (the ensemble is
+compacted, see :meth:`SensingBatch.member_loss_and_grad` for why no remaining member's number
+changes); ``compact=False`` keeps it in the batch, masked, for the test that says so. Given a
 run context, the loop writes a checkpoint every ``checkpoint_every`` steps and, when the run was
 interrupted, continues from the latest one bit for bit. What it returns, and how that is
 recorded in the store and read back, is :mod:`gaugelab.experiments._rule_results`.
@@ -45,6 +47,7 @@ def train_rule(
     label: str | None = None,
     run: Any = None,
     checkpoint_every: int | None = None,
+    compact: bool = True,
 ) -> RuleResult:
     """Train one rule on every (seed × learning rate) as one ensemble.
 
@@ -70,6 +73,8 @@ def train_rule(
             checkpoint folder, and an interrupted run resumes from the latest one.
         checkpoint_every: steps between checkpoints (default ``CHECKS_PER_CHECKPOINT ·
             check_every``); only with ``run``.
+        compact: a member that stops leaves the batch (default); ``False`` masks it instead
+            (the same numbers, bit for bit, at the cost of computing every member every step).
 
     Returns:
         The :class:`RuleResult` (``seconds`` counts this attempt's wall time only). Its curves
@@ -96,71 +101,114 @@ def train_rule(
     label = label or rule
     start = time.perf_counter()
     S, L = len(batch.seeds), len(lrs)
-    U = batch.U0[:, None].expand(S, L, *batch.U0.shape[1:]).clone()  # [S, L, n, k]
-    V = batch.V0[:, None].expand(S, L, *batch.V0.shape[1:]).clone()
-    inner = make_optimizer(rule, [U, V], lr=1.0, member_dims=2, **hyper)
-    opt = MemberLearningRates(inner, torch.tensor(list(lrs), dtype=torch.float64).expand(S, L))
+    E = S * L
+    U = batch.U0.repeat_interleave(L, dim=0)  # [E, n, k], member e = seed·L + rate
+    V = batch.V0.repeat_interleave(L, dim=0)
+    rows = torch.arange(E)  # the members still in the batch (flat indices, increasing)
+    inner = make_optimizer(rule, [U, V], lr=1.0, member_dims=1, **hyper)
+    opt = MemberLearningRates(inner, torch.tensor(list(lrs), dtype=torch.float64).repeat(S))
     status = [[BUDGET] * L for _ in range(S)]
     stopped = torch.full((S, L), spec.steps, dtype=torch.int64)
+    out_U, out_V = U.clone(), V.clone()  # a member's parameters when it left the batch
+    out_loss = torch.zeros(E, dtype=U.dtype)  # and its loss there (what later curves show)
     curves: dict[str, list] = {"steps": [], "loss": [], "recovery": []}
     first = 0
     if run is not None:
-        restored = _resume(run, label, spec, U, V, opt)
+        restored = _resume(run, label, spec, (S, L), U, V, opt)
         if restored is not None:
-            first, stopped, status, curves = restored
+            first, stopped, status, curves, rows, out_U, out_V, out_loss = restored
 
-    def mark(mask: torch.Tensor, what: str, step: int) -> None:
-        for s, lr_index in mask.nonzero().tolist():
-            status[s][lr_index] = what
-        stopped[mask] = step
+    def mark(members: torch.Tensor, what: str, step: int) -> None:
+        for e in members.tolist():
+            status[e // L][e % L] = what
+        stopped.view(-1)[members] = step
+
+    def leave(mask: torch.Tensor) -> None:
+        """Members ``mask`` (of the batch) stop: record where they are, then drop or freeze."""
+        nonlocal rows
+        if not bool(mask.any()):
+            return
+        gone = rows[mask]
+        with torch.no_grad():
+            out_U[gone], out_V[gone] = U[mask], V[mask]
+            out_loss[gone] = batch.member_loss_and_grad(U[mask], V[mask], gone, L, grad=False)[0]
+        if compact:
+            opt.compact((~mask).nonzero().squeeze(1))
+            rows = rows[~mask]
+        else:
+            opt.deactivate(mask)
+
+    def everyone() -> tuple[torch.Tensor, torch.Tensor]:
+        """``[S, L, n, k]`` factors of every member: present ones where they are now."""
+        all_U, all_V = out_U.clone(), out_V.clone()
+        all_U[rows], all_V[rows] = U.detach(), V.detach()
+        return all_U.view(S, L, *U.shape[1:]), all_V.view(S, L, *V.shape[1:])
 
     def record(step: int, loss: torch.Tensor) -> None:
+        every_loss = out_loss.clone()
+        every_loss[rows] = loss.detach() if compact else loss.detach().where(opt.active, out_loss)
+        all_U, all_V = everyone()
         curves["steps"].append(step)
-        curves["loss"].append(loss.double().tolist())
-        curves["recovery"].append(batch.recovery_error(U @ V.mT).double().tolist())
+        curves["loss"].append(every_loss.view(S, L).double().tolist())
+        curves["recovery"].append(batch.recovery_error(all_U @ all_V.mT).double().tolist())
 
     t = first
     for t in range(first, spec.steps):  # t updates applied: this is step s = t + 1
         s = t + 1
         if run is not None and first < t and t % every == 0:
+            all_U, all_V = everyone()
             run.checkpoint(
                 t,
                 scope=label,
-                model_state={"U": U, "V": V, "stopped": stopped},
+                model_state={
+                    "U": all_U,
+                    "V": all_V,
+                    "stopped": stopped,
+                    "rows": rows,
+                    "out_loss": out_loss,
+                },
                 optimizer_state=opt.state_dict(),
                 extra={"status": status, "curves": curves},
             )
-        loss, U.grad, V.grad = batch.loss_and_grad(U, V)  # [S, L]: the pre-update loss of s
+        loss, U.grad, V.grad = batch.member_loss_and_grad(U, V, rows, L)  # pre-update loss of s
         if t == 0:
-            _require_finite_start(loss, spec, batch, label)
+            _require_finite_start(loss.view(S, L), spec, batch, label)
             record(0, loss)
         bad = opt.active & (~torch.isfinite(loss) | (loss > spec.divergence_loss))
         if bool(bad.any()):
             opt.deactivate(bad, rollback=True)
-            mark(bad, DIVERGED, max(t - 1, 0))
-            loss, U.grad, V.grad = batch.loss_and_grad(U, V)
+            mark(rows[bad], DIVERGED, max(t - 1, 0))
+            leave(bad)
+            if compact:  # the gradients left with their members (MemberLearningRates.compact)
+                loss = loss[~bad]
+            else:
+                loss, U.grad, V.grad = batch.member_loss_and_grad(U, V, rows, L)
+        if not rows.numel():
+            break
         check = s % spec.check_every == 0
         if check:
             record(s, loss)
         opt.step(scale=cosine_factor(s, spec.steps) if decay else 1.0)
         if check:
             done = opt.active & (loss < spec.interpolation_loss)
-            opt.deactivate(done)
-            mark(done, INTERPOLATED, s)
+            mark(rows[done], INTERPOLATED, s)
+            leave(done)
             if run is not None:
                 run.progress(label, s, spec.steps)
         if not bool(opt.active.any()):
             break
     U.grad = V.grad = None
     with torch.no_grad():  # the last update of a member nothing checked after
-        last = batch.loss(U @ V.mT)
-        bad = torch.tensor([[x != DIVERGED for x in row] for row in status])
-        bad &= ~torch.isfinite(last) | (last > spec.divergence_loss)
-        if bool(bad.any()):
-            opt.deactivate(bad, rollback=True)
-            mark(bad, DIVERGED, t)
+        if rows.numel():
+            last = batch.member_loss_and_grad(U, V, rows, L, grad=False)[0]
+            bad = opt.active & (~torch.isfinite(last) | (last > spec.divergence_loss))
+            if bool(bad.any()):
+                opt.deactivate(bad, rollback=True)
+                mark(rows[bad], DIVERGED, t)
+                leave(bad)
     if run is not None:
         run.progress(label, spec.steps, spec.steps)
+    U, V = everyone()
 
     with torch.no_grad():
         W = (U @ V.mT).double()
@@ -211,12 +259,16 @@ def _resume(
     run: Any,
     label: str,
     spec: SensingExperiment,
+    grid: tuple[int, int],
     U: torch.Tensor,
     V: torch.Tensor,
     opt: MemberLearningRates,
-) -> tuple[int, torch.Tensor, list[list[str]], dict[str, list]] | None:
-    """Load the latest checkpoint of ``label`` into ``U``, ``V`` and ``opt``; ``None`` when
-    there is none. Returns ``(step, stopped, status, curves)``.
+) -> tuple | None:
+    """Load the latest checkpoint of ``label``: compact ``opt`` (and ``U``, ``V``) to the
+    members still in the batch and load their state. ``None`` when there is none.
+
+    Returns:
+        ``(step, stopped, status, curves, rows, out_U, out_V, out_loss)``.
 
     Raises:
         StoreError: the checkpoint is corrupt (from :meth:`RunContext.resume`), or it does not
@@ -229,19 +281,22 @@ def _resume(
         raise StoreError(f"{where}: cannot resume: {exc}") from None
     if saved is None:
         return None
-    S, L = U.shape[:2]
+    S, L = grid
     try:
         state, extra, step = saved.model_state, saved.extra or {}, saved.step
         if not 0 < step < spec.steps:
             raise ValueError(f"step {step} outside the budget 1..{spec.steps - 1}")
-        for name, like in (("U", U), ("V", V)):
+        expected = {"U": (S, L, *U.shape[1:]), "V": (S, L, *V.shape[1:])}
+        for name, shape in expected.items():
             got = state[name]
-            if got.shape != like.shape or got.dtype != like.dtype:
+            if tuple(got.shape) != shape or got.dtype != U.dtype:
                 raise ValueError(f"{name} is {got.dtype} {tuple(got.shape)}, not "
-                                 f"{like.dtype} {tuple(like.shape)}")  # fmt: skip
-        stopped = state["stopped"]
+                                 f"{U.dtype} {shape}")  # fmt: skip
+        stopped, rows, out_loss = state["stopped"], state["rows"], state["out_loss"]
         if stopped.shape != (S, L) or stopped.dtype != torch.int64:
             raise ValueError(f"stopped is {stopped.dtype} {tuple(stopped.shape)}")
+        if rows.dtype != torch.int64 or out_loss.shape != (S * L,):
+            raise ValueError(f"rows {rows.dtype} / out_loss {tuple(out_loss.shape)}")
         status, curves = extra["status"], extra["curves"]
         if [len(row) for row in status] != [L] * S or any(
             x not in STATUSES for row in status for x in row
@@ -252,13 +307,16 @@ def _resume(
             checks
         ):
             raise ValueError(f"curves at steps {curves['steps']!r}, expected {checks}")
+        if rows.numel() < S * L:
+            opt.compact(rows)
         opt.load_state_dict(saved.optimizer_state)
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
         raise StoreError(
             f"{saved.path}: checkpoint of {where} does not fit this run ({exc}); delete it to "
             "restart the rule from step 0"
         ) from None
+    out_U, out_V = state["U"].flatten(0, 1).clone(), state["V"].flatten(0, 1).clone()
     with torch.no_grad():
-        U.copy_(state["U"])
-        V.copy_(state["V"])
-    return step, stopped.clone(), status, curves
+        U.copy_(out_U[rows])
+        V.copy_(out_V[rows])
+    return step, stopped.clone(), status, curves, rows.clone(), out_U, out_V, out_loss.clone()

@@ -65,5 +65,9 @@ def psd_power(
     if damping:
         sym = sym + damping * torch.eye(n, dtype=S.dtype, device=S.device)
     eigvals, eigvecs = torch.linalg.eigh(sym)  # [..., n], [..., n, n]
-    scaled = eigvals.clamp_min(clamp).pow(power)  # [..., n]
+    # pow runs vectorized over the whole tensor, with a scalar tail that can round differently:
+    # row by row, each matrix's result is independent of its place in a batch (an ensemble
+    # that drops members changes no remaining member's bits)
+    rows = eigvals.clamp_min(clamp).reshape(-1, n)
+    scaled = torch.stack([row.pow(power) for row in rows.unbind(0)]).view_as(eigvals)
     return (eigvecs * scaled.unsqueeze(-2)) @ eigvecs.mT

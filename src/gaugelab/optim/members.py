@@ -174,6 +174,55 @@ class MemberLearningRates:
                     if isinstance(value, torch.Tensor) and self._has_members(value):
                         value.masked_fill_(broadcast_members(members, value), 0)
 
+    def compact(self, keep: torch.Tensor) -> None:
+        """Keep only the members ``keep`` (the others leave the ensemble), in that order.
+
+        Every parameter, its gradient, the rates, the active mask, the parameters before the
+        last step and every inner state tensor with the leading member dim are re-indexed in
+        place (``index_select``: exact), so the kept members continue bit for bit while the
+        step's batched work shrinks to them. The parameters stay the same tensor objects (the
+        inner optimizer's state stays keyed by them); their shape changes.
+
+        Args:
+            keep: ``[E']`` int64 indices into the current members, increasing; only with one
+                member dim (``lr`` of shape ``[E]``).
+
+        Raises:
+            ValueError: more than one member dim, or ``keep`` not increasing indices in
+                ``[0, E)``.
+
+        Source: ours (issue "member compaction": a member that stopped leaves the batch).
+        """
+        if len(self.member_shape) != 1:
+            raise ValueError(
+                f"MemberLearningRates.compact: member shape {self.member_shape}; allowed: one "
+                "member dim (flatten the members first)"
+            )
+        (size,) = self.member_shape
+        keep = torch.as_tensor(keep, dtype=torch.int64)
+        if keep.dim() != 1 or (
+            keep.numel()
+            and (int(keep[0]) < 0 or int(keep[-1]) >= size or bool((keep.diff() <= 0).any()))
+        ):
+            raise ValueError(
+                f"MemberLearningRates.compact: keep={keep.tolist()}; allowed: increasing "
+                f"indices in [0, {size})"
+            )
+        with torch.no_grad():
+            for p in self.params:
+                p.data = p.data.index_select(0, keep)
+                if p.grad is not None:
+                    p.grad = p.grad.index_select(0, keep)
+            for state in self.optimizer.state.values():
+                for name, value in state.items():
+                    if isinstance(value, torch.Tensor) and self._has_members(value):
+                        state[name] = value.index_select(0, keep)
+            if self._previous is not None:
+                self._previous = [old.index_select(0, keep) for old in self._previous]
+        self.lr = self.lr.index_select(0, keep)
+        self._active = self._active.index_select(0, keep)
+        self.member_shape = (keep.numel(),)
+
     def _has_members(self, x: torch.Tensor) -> bool:
         n = len(self.member_shape)
         return x.dim() >= n and tuple(x.shape[:n]) == self.member_shape
