@@ -1,11 +1,23 @@
-"""Low-rank adaptation diagnostics (seed 003): rank policies and reconstruction.
+"""Low-rank adaptation diagnostics (seed 003), one concept per module.
 
-``ranks``: every rank policy of a matrix object — configured, algebraic, numerical, stable,
-energy, and entropy effective rank in the Roy–Vetterli and energy conventions — each value a
-``RankReport`` with its matrix id and policy id. ``reconstruction``: weight-space truncated-SVD
-rank sweeps and output-weighted truncation on sampled inputs. Updates are dense ``[m, n]``
-tensors or factors ``(B, A[, scale])`` of ``ΔW = scale·B A`` (PEFT layout: ``B [d_out, r]``,
-``A [r, d_in]``), decomposed in factor space (``factored_svd``) without forming ``B A``.
+Re-exported here: ``ranks`` (every rank policy of a matrix object — configured, algebraic,
+numerical, stable, energy, and entropy effective rank in the Roy–Vetterli and energy
+conventions — each value a ``RankReport`` with its matrix id and policy id) and
+``reconstruction`` (weight-space truncated-SVD rank sweeps and output-weighted truncation on
+sampled inputs). Updates are dense ``[m, n]`` tensors or factors ``(B, A[, scale])`` of
+``ΔW = scale·B A`` (PEFT layout: ``B [d_out, r]``, ``A [r, d_in]``), decomposed in factor space
+(``factored_svd``) without forming ``B A``.
+
+Imported by module (``from gaugelab.lowrank import subspaces``), each a seed-003 section:
+``subspaces`` (§0x06: gauge-invariant row/column bases, principal angles, overlaps, Haar
+baselines, Procrustes, the LoRA paper's φ), ``composition`` (§0x05: static composition, rank
+ledger, compression, interference), ``geometry`` (§0x03: the factor map's differential,
+adjoint and Jacobian, gauge directions, tangent/normal projectors, exact rank), ``dynamics``
+(§0x07–0x08: factor gradients, product motion, the scalar gauge and compensated rates, rank
+scaling, dtype range), ``factor_diagnostics`` (§0x08L: the per-step factor record,
+rebalancing), ``expressivity`` (§0x0A: scoped rank ledgers), ``kernels`` (§0x09: Jacobians and
+kernels, drift diagnostics and their probe estimators) and ``intrinsic`` (§0x02: projections
+with exact adjoints, DID/SAID, the d90 estimate).
 """
 
 from ._factored import FactoredSvd, SvdRecord, factored_svd
