@@ -188,7 +188,8 @@ def _default_dir() -> Path:
 
 
 def available_benchmarks(directory: Path | None = None) -> dict[str, Path]:
-    """Map benchmark name → file for every ``bench_<name>.py`` in ``directory``.
+    """Map benchmark name → file for every ``bench_<name>.py`` in ``directory`` (underscores
+    of the file name are dashes in the benchmark name: ``bench_lora_twins.py`` is ``lora-twins``).
 
     Raises:
         FileNotFoundError: the folder does not exist.
@@ -198,7 +199,8 @@ def available_benchmarks(directory: Path | None = None) -> dict[str, Path]:
         raise FileNotFoundError(
             f"bench: no benchmarks folder at {folder}; run from the repository or pass --dir"
         )
-    return {p.stem.removeprefix("bench_"): p for p in sorted(folder.glob("bench_*.py"))}
+    files = sorted(folder.glob("bench_*.py"))
+    return {p.stem.removeprefix("bench_").replace("_", "-"): p for p in files}
 
 
 def _load(path: Path) -> ModuleType:
