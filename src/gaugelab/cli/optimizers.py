@@ -36,7 +36,8 @@ def optimizers(
     console.print(table)
     console.print(
         "O(k): orthogonal gauge (U Q, V Q); ±perm: signed permutations; GL(k): (U A, V A⁻ᵀ). "
-        "* depends on hyperparameters (adam-p is equivariant at p = 0). "
+        "* depends on hyperparameters (adam-p is equivariant at p = 0; scaled-gd under GL(k) at "
+        "damping = 0). "
         "Certify any optimizer with `gaugelab check`; --details lists defaults and sources."
     )
     if details:
