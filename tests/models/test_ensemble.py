@@ -171,10 +171,13 @@ def test_frozen_parameters_equal_in_every_member_are_stored_once():
     assert sum(p.numel() for p in ensemble.parameters()) == base + 3 * factors
 
 
-@pytest.mark.parametrize("vectorize", [True, False], ids=["vmap", "loop"])
-def test_shared_parameters_give_the_separate_models_forward_and_gradients(vectorize):
+@pytest.mark.parametrize(
+    "options", [{}, {"native": False}, {"vectorize": False}], ids=["native", "vmap", "loop"]
+)
+def test_shared_parameters_give_the_separate_models_forward_and_gradients(options):
     models = lora_seeds(positional="rope", n_key_value_heads=2, qk_norm=True)
-    ensemble = Ensemble(models, vectorize=vectorize)
+    ensemble = Ensemble(models, **options)
+    assert ensemble.native == (not options)
     assert ensemble.shared_names
     x = torch.stack([tokens(seed=1), tokens(seed=2), tokens(seed=3)])  # [E, B, T]
     out = ensemble(x, member_inputs=True)
@@ -259,9 +262,12 @@ def test_trainable_parameters_are_never_shared():
     ids=["causal", "alibi-gqa", "bidirectional"],
 )
 def test_fused_attention_under_vmap_gives_the_separate_models(overrides):
-    """sdpa=True: torch runs the fused kernel member by member (no batching rule), silently."""
+    """sdpa=True on the vmap path (native=False): torch runs the fused kernel member by member
+    (no batching rule), silently."""
     models = lora_seeds(**overrides)
-    ensemble, plain = Ensemble(models, sdpa=True), Ensemble(models)
+    ensemble = Ensemble(models, sdpa=True, native=False)
+    plain = Ensemble(models, native=False)
+    assert not plain.sdpa  # vmap's default: the plain ops
     x = torch.stack([tokens(seed=1), tokens(seed=2), tokens(seed=3)])  # [E, B, T]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
