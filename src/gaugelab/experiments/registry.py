@@ -27,6 +27,7 @@ EXPERIMENTS: dict[str, str] = {
     "lora-finetune": "gaugelab.experiments.lora",
     "intrinsic-dim": "gaugelab.experiments.intrinsic",
     "lora-twins": "gaugelab.experiments.lora_twins",
+    "lora-kernel": "gaugelab.experiments.lora_kernel",
 }
 """Study kind → the experiment module (``collect``, ``tables``, ``report``), imported on use."""
 
