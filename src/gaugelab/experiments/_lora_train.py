@@ -325,7 +325,7 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
                 inject_lora(member, list(spec.targets), rank, spec.alpha(rank), init=spec.init,
                             use_rslora=spec.rslora, seed=seed)  # fmt: skip
             members.append(member)
-        ensemble = Ensemble(members, sdpa=True)  # fused attention, member by member
+        ensemble = Ensemble(members, sdpa=True)  # member-native, fused attention
         trainable = [p for p in ensemble.parameters() if p.requires_grad]
         lr = spec.full_lr if rank is None else spec.lr
         opt = make_optimizer("adamw", trainable, lr=lr, weight_decay=0.0, member_dims=1)
