@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from gaugelab.cli.bench import ratio_cell, time_calls
 from gaugelab.determinism import deterministic
-from gaugelab.experiments._lora_twins_diagnostics import lora_pairs
+from gaugelab.experiments._lora_diagnostics import lora_pairs
 from gaugelab.experiments._lora_twins_spec import LoraTwinSpec
 from gaugelab.experiments._lora_twins_train import build_lora_twins, make_twin_optimizer
 from gaugelab.models import Ensemble, Transformer, TransformerConfig

@@ -306,3 +306,21 @@ def test_targets_resolve_groups_and_names_in_block_order():
     with pytest.raises(ValueError, match="targets=x_proj; allowed: attention, mlp, q_proj"):
         resolve_targets("x_proj")
     assert FinetuneSpec.model_fields["targets"].default == ALL_TARGETS
+
+
+def test_factor_diagnostics_are_logged_on_request_and_change_no_trained_number(study):
+    store, reference = study
+    assert "diagnostics_every" not in SPEC.spec_dict()  # default identities unchanged
+    spec = SPEC.model_copy(update={"full": False, "diagnostics_every": 5})
+    outcome = run_lora_finetune(spec, store=store, write_report=False)
+    identity = outcome.result.candidates[0].state.identity
+    assert identity != reference.result.candidates[1].state.identity
+    with RunStore(store) as db:
+        logged = {(m.name, m.step): m.value for m in db.metrics(identity)}
+        plain = {(m.name, m.step): m.value
+                 for m in db.metrics(reference.result.candidates[1].state.identity)}  # fmt: skip
+    diag = {key for key in logged if key[0].startswith("diag/")}
+    for seed in SPEC.seeds:
+        steps = {s for name, s in diag if name.endswith(f"/seed={seed}/norm_B")}
+        assert steps == set(range(5, SPEC.steps + 1, 5))
+    assert {k: v for k, v in logged.items() if k not in diag} == plain  # bit for bit

@@ -179,8 +179,8 @@ class _Run:
 @pytest.mark.parametrize("diagnostics", [False, True])
 def test_the_finetune_loop_logs_factor_diagnostics_only_when_given_a_factor_log(diagnostics):
     from gaugelab.experiments._lora_data import eval_batches, load_corpus
+    from gaugelab.experiments._lora_diagnostics import FactorLog
     from gaugelab.experiments._lora_train import Loop, lr_factor, train_members
-    from gaugelab.experiments._lora_twins_diagnostics import FactorLog
     from gaugelab.experiments.lora import quick_spec
 
     spec = quick_spec()

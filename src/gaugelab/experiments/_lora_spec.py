@@ -187,11 +187,22 @@ class FinetuneSpec(ExperimentSpec):
         "the identity then, so default runs keep their identities.",
     )
 
+    diagnostics_every: int | None = Field(
+        None,
+        ge=1,
+        description="Log the LoRA factors' per-step record (lowrank.factor_diagnostics, seed "
+        "003 §0x08L) after every this many updates, per seed, into the store as "
+        "diag/<module>/seed=S/… metrics. None (default): not logged, and left out of the "
+        "identity, so default runs keep their identities.",
+    )
+
     def spec_dict(self) -> dict[str, Any]:
-        """The fields in JSON mode; ``target_corpus`` only when set (identity-preserving)."""
+        """The fields in JSON mode; ``target_corpus`` and ``diagnostics_every`` only when set
+        (identity-preserving)."""
         data = super().spec_dict()
-        if data.get("target_corpus") is None:
-            data.pop("target_corpus", None)
+        for optional in ("target_corpus", "diagnostics_every"):
+            if data.get(optional) is None:
+                data.pop(optional, None)
         return data
 
     @field_validator("ranks", "seeds")

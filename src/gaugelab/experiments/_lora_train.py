@@ -39,6 +39,7 @@ from gaugelab.experiments._lora_data import (
     load_corpus,
     pretrain_weights,
 )
+from gaugelab.experiments._lora_diagnostics import FactorLog
 from gaugelab.experiments._lora_spec import FinetuneSpec, PretrainSpec
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.models.lora import inject_lora, lora_modules
@@ -120,7 +121,7 @@ def train_members(
         corpus, domain: the training text; val: :func:`eval_batches`.
         loop: the :class:`Loop`.
         run: a run context (logging, checkpoints, resume) or ``None``.
-        diagnostics: a :class:`gaugelab.experiments._lora_twins_diagnostics.FactorLog`: with
+        diagnostics: a :class:`gaugelab.experiments._lora_diagnostics.FactorLog`: with
             a run, the LoRA factors' §0x08L records are logged after the updates it selects
             (``diag/<module><suffix>/…``); ``None`` (the default) logs none.
 
@@ -332,8 +333,15 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
         streams = [torch.Generator().manual_seed(seed) for seed in spec.seeds]
         val = eval_batches(corpus, spec.pretrain)
         suffixes = tuple(f"/seed={s}" for s in spec.seeds)
+        log = None
+        if rank is not None and spec.diagnostics_every is not None:
+            log = FactorLog(
+                next(iter(lora_modules(members[0]).values())).scale,
+                members=dict(enumerate(suffixes)), every=spec.diagnostics_every,
+                tokens_per_step=spec.batch_size * spec.pretrain.corpus.block_size,
+            )  # fmt: skip
         curves = train_members(ensemble, opt, streams, corpus, "target", val,
-                               _loop(spec, suffixes, label), run)  # fmt: skip
+                               _loop(spec, suffixes, label), run, diagnostics=log)  # fmt: skip
         trained = [ensemble.member(e) for e in range(len(spec.seeds))]
     files = {}
     for seed, model, original in zip(spec.seeds, trained, members, strict=True):

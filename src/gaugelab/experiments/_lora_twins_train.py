@@ -28,7 +28,7 @@ from gaugelab.equivariance.distance import relative_distance
 from gaugelab.equivariance.twins import triplet_verdict
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus, pretrain_weights
-from gaugelab.experiments._lora_twins_diagnostics import FactorLog, lora_pairs
+from gaugelab.experiments._lora_diagnostics import FactorLog, lora_pairs
 from gaugelab.experiments._lora_twins_spec import TWIN_NAMES, LoraTwinSpec
 from gaugelab.gauge import GeneralLinear
 from gaugelab.lowrank.subspaces import compare_updates

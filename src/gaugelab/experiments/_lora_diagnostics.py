@@ -5,8 +5,8 @@ factors (:meth:`FactorLog.before`), after it it builds one
 :class:`gaugelab.lowrank.factor_diagnostics.FactorDiagnostics` per module and member and
 flattens them into metrics ``diag/<module><suffix>/<field>`` for a run's log
 (:meth:`FactorLog.metrics`). The LoRA twin phase logs the base adapter at every checkpoint; the
-fine-tuning loop (``_lora_train.train_members``) logs when given one (off by default, so stored
-fine-tuning runs are unchanged).
+fine-tuning loop (``_lora_train.train_members``) logs when given one
+(``FinetuneSpec.diagnostics_every``; off by default, so stored fine-tuning runs are unchanged).
 
 Source: seed 003 §0x08L (the minimum diagnostic record).
 """
