@@ -89,6 +89,7 @@ def test_inspect_a_plain_folder_says_what_it_could_not_compute(finetuned, tmp_pa
         (("--dtype", "float16"), "--dtype 'float16'; allowed: float32, float64"),
         (("--no-full", "--ranks", ","), "--ranks is empty"),
         (("--max-workers", "0"), "--max-workers 0"),
+        (("--diagnostics-every", "0"), "--diagnostics-every 0"),
     ],
 )
 def test_bad_finetune_options_are_one_line_errors_naming_the_option(tmp_path, args, message):

@@ -31,6 +31,7 @@ OPTIONS = {
     "ranks": "--ranks", "seeds": "--seeds", "steps": "--steps", "lr": "--lr",
     "full_lr": "--full-lr", "targets": "--targets", "alpha_ratio": "--alpha-ratio",
     "rslora": "--rslora", "full": "--full", "init": "--init", "batch_size": "--batch-size",
+    "diagnostics_every": "--diagnostics-every",
 }  # fmt: skip
 """FinetuneSpec fields → the options of ``gaugelab lora finetune`` (for its error messages)."""
 
@@ -92,6 +93,14 @@ def finetune(
     threads: Annotated[
         int, typer.Option(help="Torch threads per run (one is fastest for this small model).")
     ] = 1,
+    diagnostics_every: Annotated[
+        int | None,
+        typer.Option(
+            help="Log every LoRA module's factor record (norms, update change, singular "
+            "values, rank, Adam moments; seed 003 §0x08L) after every N updates per seed "
+            "(diag/… metrics in the store). Off by default."
+        ),
+    ] = None,
     store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
     out: Annotated[
         Path | None, typer.Option(help="Report folder (default: in the store's).")
@@ -137,6 +146,8 @@ def finetune(
             pretrain["steps"] = pretrain_steps
         if steps is not None:
             fields["steps"] = steps
+        if diagnostics_every is not None:
+            fields["diagnostics_every"] = diagnostics_every
         if quick:
             spec = quick_spec(pretrain=pretrain, **fields)
         else:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.linalg import orthogonal_procrustes
 
 from gaugelab.models import Transformer
 from gaugelab.models.symmetry import GaugeElements, apply_gauge
@@ -26,6 +25,8 @@ from gaugelab.models.symmetry import GaugeElements, apply_gauge
 
 def _procrustes(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Orthogonal ``R`` minimising ``‖source R − target‖_F`` (both ``[m, D]``)."""
+    from scipy.linalg import orthogonal_procrustes  # scipy only when merging (start-up memory)
+
     R, _ = orthogonal_procrustes(source.detach().double().numpy(), target.detach().double().numpy())
     return torch.from_numpy(np.ascontiguousarray(R))
 
