@@ -19,7 +19,9 @@ is the peak that ``tracemalloc`` records during one module (numpy registers its 
 LAPACK work arrays included, with it) — the peer's peak does not grow with the module count, it
 runs one module at a time. The inputs (the factors) exist before either call and are not
 counted. Both sides' angles are compared on the peer's two modules: the largest absolute
-difference (radians, float32 inputs) is printed.
+difference (radians, float32 inputs) is printed. It is the peer's error: on one 1024 × 1024 module
+against float64 angles, ours was within 1.6e-6 rad and the peer 7.7e-4 rad off, on the shared
+directions (true angle 0), which a float32 dense SVD resolves only to about √eps.
 """
 
 from __future__ import annotations
