@@ -14,6 +14,8 @@ from typing import Annotated
 
 import typer
 
+from gaugelab.cli._options import comma_separated
+
 __all__ = ["intrinsic_dim", "register"]
 
 OPTIONS = {
@@ -31,16 +33,6 @@ OPTIONS = {
     "aggregator": "--aggregator",
 }
 """IntrinsicSpec fields → the command's options (for its error messages)."""
-
-
-def _numbers(text: str, option: str, kind: type) -> tuple:
-    try:
-        values = tuple(kind(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"{option} {text!r}; allowed: comma-separated numbers") from None
-    if not values:
-        raise ValueError(f"{option} is empty; allowed: comma-separated numbers")
-    return values
 
 
 def intrinsic_dim(
@@ -147,7 +139,7 @@ def intrinsic_dim(
             ("full_lrs", full_lrs, float),
         ):
             if text is not None:
-                fields[name] = _numbers(text, OPTIONS[name], kind)
+                fields[name] = comma_separated(text, OPTIONS[name], kind)
         for name, value in (("steps", steps), ("hidden", hidden), ("layers", layers)):
             if value is not None:
                 fields[name] = value

@@ -24,6 +24,7 @@ from gaugelab.cli._console import (
 )
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
+from gaugelab.cli._options import comma_separated
 
 __all__ = ["finetune", "inspect", "lora_app", "register"]
 
@@ -44,16 +45,6 @@ lora_app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
-
-
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"{option} {text!r}; allowed: comma-separated integers") from None
-    if not values:
-        raise ValueError(f"{option} is empty; allowed: comma-separated integers")
-    return values
 
 
 def finetune(
@@ -138,9 +129,9 @@ def finetune(
         if dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
         chosen = resolve_targets(targets)
-        fields = dict(ranks=_ints(ranks, "--ranks"), full=full, rslora=rslora, targets=chosen,
-                      alpha_ratio=alpha_ratio, seeds=_ints(seeds, "--seeds"), lr=lr,
-                      full_lr=full_lr)  # fmt: skip
+        fields = dict(ranks=comma_separated(ranks, "--ranks"), full=full, rslora=rslora,
+                      targets=chosen, alpha_ratio=alpha_ratio,
+                      seeds=comma_separated(seeds, "--seeds"), lr=lr, full_lr=full_lr)  # fmt: skip
         pretrain: dict = {"dtype": dtype}
         if pretrain_steps is not None:
             pretrain["steps"] = pretrain_steps
@@ -222,7 +213,7 @@ def inspect(
 
     console = wide_console()
     try:
-        wanted = _ints(ranks, "--ranks")
+        wanted = comma_separated(ranks, "--ranks")
         if any(r < 0 for r in wanted):
             raise ValueError(f"--ranks {ranks}; allowed: integers >= 0")
         check_location("--out", out, folder=True)

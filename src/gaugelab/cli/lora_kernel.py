@@ -17,6 +17,7 @@ from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._errors import fail, guarded
+from gaugelab.cli._options import comma_separated
 
 __all__ = ["kernel", "register"]
 
@@ -29,16 +30,6 @@ OPTIONS = {
     "seed": "--seed",
 }  # fmt: skip
 """KernelSpec fields → the options of ``gaugelab lora kernel`` (for its error messages)."""
-
-
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"{option} {text!r}; allowed: comma-separated integers") from None
-    if not values:
-        raise ValueError(f"{option} is empty; allowed: comma-separated integers")
-    return values
 
 
 def kernel(
@@ -121,7 +112,7 @@ def kernel(
                  "gd_lr": gd_lr, "adam_lr": adam_lr, "batch_size": batch_size}  # fmt: skip
         fields.update({k: v for k, v in given.items() if v is not None})
         if checkpoints is not None:
-            fields["checkpoints"] = _ints(checkpoints, "--checkpoints")
+            fields["checkpoints"] = comma_separated(checkpoints, "--checkpoints")
         elif steps is not None:  # the default cadence, cut at (and ending on) --steps
             default = KernelSpec.model_fields["checkpoints"].default
             fields["checkpoints"] = tuple(sorted({c for c in default if c < steps} | {steps}))

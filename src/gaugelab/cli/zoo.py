@@ -14,6 +14,7 @@ from rich.text import Text
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS
 from gaugelab.cli._errors import fail, guarded
+from gaugelab.cli._options import comma_separated, names
 
 __all__ = ["dial", "register", "zoo"]
 
@@ -33,30 +34,14 @@ DIAL_OPTIONS = {**_SENSING_OPTIONS, "ps": "--ps", "lrs": "--lrs", "mean": "--mea
 """DialSpec fields → the options of ``gaugelab dial``."""
 
 
-def _floats(text: str, option: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"{option} {text!r}: expected comma-separated numbers") from None
-
-
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise ValueError(f"{option} {text!r}: expected comma-separated integers") from None
-
-
 def _budget(steps: int | None, seeds: str | None, quick: bool, base: dict) -> dict:
     """``steps`` and ``seeds`` as given, else the quick look's, else the spec's defaults."""
     return {
         "steps": steps if steps is not None else (QUICK_STEPS if quick else base["steps"]),
-        "seeds": _ints(seeds, "--seeds") if seeds else (QUICK_SEEDS if quick else base["seeds"]),
+        "seeds": comma_separated(seeds, "--seeds")
+        if seeds
+        else (QUICK_SEEDS if quick else base["seeds"]),
     }
-
-
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
@@ -71,7 +56,7 @@ def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
         if key not in LearningRateGrids.model_fields:
             known = ", ".join(f.replace("_", "-") for f in LearningRateGrids.model_fields)
             raise ValueError(f"--lr {item!r}: no rule {rule.strip()!r}; rules with a grid: {known}")
-        grids[key] = _floats(values, "--lr")
+        grids[key] = comma_separated(values, "--lr", float)
     return grids
 
 
@@ -184,9 +169,9 @@ def zoo(
             **_budget(steps, seeds, quick, base),
         )
         if rules is not None:
-            fields["rules"] = _names(rules)
+            fields["rules"] = names(rules)
         if decayed is not None:
-            fields["decayed"] = _names(decayed)
+            fields["decayed"] = names(decayed)
         specs = [ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
         if len(specs) > 1 and (study is not None or out is not None):
             raise ValueError(
@@ -260,8 +245,8 @@ def dial(
     try:
         base = DialSpec().model_dump()
         spec = DialSpec(
-            ps=_floats(ps, "--ps") if ps else base["ps"],
-            lrs=_floats(lrs, "--lrs") if lrs else base["lrs"],
+            ps=comma_separated(ps, "--ps", float) if ps else base["ps"],
+            lrs=comma_separated(lrs, "--lrs", float) if lrs else base["lrs"],
             mean=mean,
             n=size,
             rank=rank,
