@@ -16,12 +16,9 @@ adjoint passes the parity ``⟨g, P v⟩ = ⟨Pᵀ g, v⟩`` (relative defect be
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 
-from gaugelab.cli.bench import ratio_cell, time_calls
+from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
 from gaugelab.lowrank.intrinsic import DenseProjection, FastfoodProjection, adjoint_defect
 
 TITLE = "Intrinsic dimension: Fastfood forward + adjoint vs the dense projection"
@@ -38,31 +35,6 @@ COLUMNS = [
 ]
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence file descriptor 2 (the profiler's C++ start/stop lines) for the block."""
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def _peak_mib(fn) -> float:
-    """Peak live torch CPU allocations (MiB) during one call of ``fn`` (``torch.profiler``)."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with _quiet_stderr(), torch.profiler.profile(activities=activities, profile_memory=True) as p:
-        fn()
-    live = peak = 0
-    for event in sorted(p.events(), key=lambda e: e.time_range.start):
-        live += event.self_cpu_memory_usage
-        peak = max(peak, live)
-    return peak / 2**20
-
-
 def _step(P, u, g):
     def call():
         P.forward(u)
@@ -72,7 +44,7 @@ def _step(P, u, g):
 
 
 def _memory(P, u, g) -> float:
-    return P.state_bytes() / 2**20 + _peak_mib(_step(P, u, g))
+    return P.state_bytes() / 2**20 + peak_mib(_step(P, u, g))[0]
 
 
 def _inputs(D: int, d: int):

@@ -25,14 +25,12 @@ AD, so both sides run the attention's plain-ops path (the estimator detects and 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 
 import torch
 import torch.nn.functional as F
 
-from gaugelab.cli.bench import ratio_cell, time_calls
+from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
 from gaugelab.determinism import deterministic
 from gaugelab.experiments.twins import twin_model_config
 from gaugelab.lowrank.kernels import (
@@ -51,30 +49,6 @@ COLUMNS = ["case", "ours", "ours s", "peer", "peer s", "time ratio (peer / ours)
            "peak MiB ours / peer", "memory ratio (peer / ours)", "target",
            "D_K ours ± se / peer"]  # fmt: skip
 PROBES = 8
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def peak_mib(fn) -> tuple[float, object]:
-    """``(peak live torch CPU allocations in MiB during one call of fn, its value)``."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with _quiet_stderr(), torch.profiler.profile(activities=activities, profile_memory=True) as p:
-        value = fn()
-    live = peak = 0
-    for event in sorted(p.events(), key=lambda e: e.time_range.start):
-        live += event.self_cpu_memory_usage
-        peak = max(peak, live)
-    return peak / 2**20, value
 
 
 def _points():

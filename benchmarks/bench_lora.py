@@ -34,16 +34,14 @@ the kernels). All timings are warmed up and interleaved (``gaugelab.cli.bench.ti
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import os
 import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gaugelab.cli.bench import ratio_cell, time_calls
+from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
 from gaugelab.determinism import deterministic
 from gaugelab.lowrank import factored_svd
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
@@ -57,32 +55,6 @@ RANK = 64
 SCALE = 2.0  # α/r with α = 2r
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence file descriptor 2 (the profiler's C++ start/stop lines) for the block."""
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def peak_mib(fn) -> float:
-    """Peak live torch CPU allocations (MiB) during one call of ``fn``: the running sum of every
-    recorded op's own allocations and frees, in start-time order (``torch.profiler``)."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with _quiet_stderr(), torch.profiler.profile(activities=activities, profile_memory=True) as p:
-        fn()
-    live = peak = 0
-    for event in sorted(p.events(), key=lambda e: e.time_range.start):
-        live += event.self_cpu_memory_usage
-        peak = max(peak, live)
-    return peak / 2**20
-
-
 def _svd_row(n: int, repeat: int) -> list:
     g = torch.Generator().manual_seed(0)
     B, A = torch.randn(n, RANK, generator=g), torch.randn(RANK, n, generator=g)
@@ -94,8 +66,8 @@ def _svd_row(n: int, repeat: int) -> list:
          "dense": lambda: torch.linalg.svd((B @ A) * SCALE, full_matrices=False)},
         number=1, repeat=repeat,
     )  # fmt: skip
-    mine = peak_mib(lambda: factored_svd(B, A, SCALE))
-    peer = peak_mib(lambda: torch.linalg.svd((B @ A) * SCALE, full_matrices=False))
+    mine, _ = peak_mib(lambda: factored_svd(B, A, SCALE))
+    peer, _ = peak_mib(lambda: torch.linalg.svd((B @ A) * SCALE, full_matrices=False))
     return [f"SVD of s·B A, {n}×{n}, r = {RANK}", "factored_svd", times["factored"].cell(),
             "B A + dense SVD", times["dense"].cell(digits=0),
             ratio_cell(times["dense"], times["factored"], digits=0), "≥ 50×",

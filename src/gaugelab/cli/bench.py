@@ -85,6 +85,38 @@ def _num(x: float, digits: int) -> str:
     return f"{x:.{digits}f}" if abs(x) < 10 ** (6 - digits) else f"{x:.0f}"
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (the profiler's C++ start/stop lines) for the block."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def peak_mib(fn: Callable[[], object]) -> tuple[float, object]:
+    """``(peak MiB, value)`` of one call of ``fn``: the peak of live torch CPU allocations,
+    the running sum of every recorded op's own allocations and frees in start-time order
+    (``torch.profiler`` with ``profile_memory``), and what ``fn`` returned.
+
+    Counts torch tensors only (not numpy or Python objects).
+    """
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with _quiet_stderr(), torch.profiler.profile(activities=activities, profile_memory=True) as p:
+        value = fn()
+    live = peak = 0
+    for event in sorted(p.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak / 2**20, value
+
+
 def time_calls(
     functions: Mapping[str, Callable[[], object]],
     *,
