@@ -22,11 +22,10 @@ from matplotlib.figure import Figure
 
 from gaugelab.experiments._intrinsic_spec import IntrinsicSpec
 from gaugelab.experiments._study import (
-    ArtifactError,
     RunState,
+    completed_result,
     run_states,
-    study_row,
-    verified_json,
+    study_of_kind,
 )
 from gaugelab.lowrank.intrinsic import (
     IntrinsicDimensionEstimate,
@@ -68,38 +67,17 @@ class IntrinsicResult:
         return [s for s in self.states if not s.completed]
 
 
-def _result(store: RunStore, state: RunState) -> tuple[RunState, dict[str, Any] | None]:
-    if not state.completed:
-        return state, None
-    ordinal = [a.ordinal for a in store.attempts(state.identity) if a.termination == "completed"]
-    found = [
-        a
-        for a in store.artifacts(state.identity)
-        if a.kind == "result" and a.ordinal == ordinal[-1]
-    ]
-    try:
-        if not found:
-            raise ArtifactError(f"run {state.identity[:12]} recorded no result file")
-        return state, verified_json(found[-1])
-    except ArtifactError as exc:
-        return state.unverified(exc), None
-
-
 def collect(store: RunStore, study: str) -> IntrinsicResult:
     """The :class:`IntrinsicResult` of a d90 study, from the store.
 
     Raises:
         ValueError: no such study, or not an ``intrinsic-dim`` study.
     """
-    row = study_row(store, study)
-    if row.kind != IntrinsicSpec.kind:
-        raise ValueError(
-            f"collect: study {study!r} is a {row.kind!r} study, not a {IntrinsicSpec.kind!r} study"
-        )
+    row = study_of_kind(store, study, IntrinsicSpec)
     spec = IntrinsicSpec.model_validate(row.spec)
     full, records, states, base = [], [], [], None
     for state in run_states(store, study):
-        state, data = _result(store, state)
+        state, data = completed_result(store, state)
         states.append(state)
         s = state.spec
         if data is not None and base is None:
@@ -187,7 +165,7 @@ def collect(store: RunStore, study: str) -> IntrinsicResult:
 def _ledger(store: RunStore, state: RunState) -> dict[str, Any]:
     """The study's coordinate ledger from a completed, non-degenerate trial (the per-trial
     ``d`` and shared width dropped: they vary along the grid)."""
-    _, data = _result(store, state)
+    _, data = completed_result(store, state)
     if data is None or data.get("status") != "completed":
         return {}
     ledger = dict(data.get("ledger", {}))

@@ -18,8 +18,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gaugelab.experiments._kernel_spec import KernelSpec
-from gaugelab.experiments._lora_results import _result, _state
-from gaugelab.experiments._study import RunState, run_states, study_row
+from gaugelab.experiments._lora_results import _state
+from gaugelab.experiments._study import RunState, completed_result, run_states, study_of_kind
 from gaugelab.study import report as rep
 from gaugelab.study.store import RunStore
 
@@ -76,16 +76,12 @@ def collect(store: RunStore, study: str) -> KernelResult:
     Raises:
         ValueError: no such study, or it is not a ``lora-kernel`` study.
     """
-    row = study_row(store, study)
-    if row.kind != KernelSpec.kind:
-        raise ValueError(
-            f"collect: study {study!r} is a {row.kind!r} study, not a {KernelSpec.kind!r} study"
-        )
+    row = study_of_kind(store, study, KernelSpec)
     spec = KernelSpec.model_validate(row.spec)
     pretrain = _state(store, spec.pretrain.identity())
     by_opt = {}
     for run in run_states(store, study):
-        state, data = _result(store, run)
+        state, data = completed_result(store, run)
         by_opt[run.spec["optimizers"][0]] = OptimizerRun(run.spec["optimizers"][0], state, data)
     ordered = [by_opt[o] for o in spec.optimizers if o in by_opt]
     return KernelResult(spec, study, pretrain, ordered)

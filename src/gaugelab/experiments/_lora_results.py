@@ -22,11 +22,10 @@ from matplotlib.figure import Figure
 from gaugelab.experiments._lora_spec import FinetuneSpec
 from gaugelab.experiments._lora_train import Curves
 from gaugelab.experiments._study import (
-    ArtifactError,
     RunState,
+    completed_result,
     run_states,
-    study_row,
-    verified_json,
+    study_of_kind,
 )
 from gaugelab.study import report as rep
 from gaugelab.study.store import RunStore
@@ -85,21 +84,6 @@ class LoraResult:
         return [r for r in self.runs if not r.completed]
 
 
-def _result(store: RunStore, state: RunState) -> tuple[RunState, dict[str, Any] | None]:
-    """The verified ``result`` artifact of a completed run's latest attempt."""
-    if not state.completed:
-        return state, None
-    ordinal = [a.ordinal for a in store.attempts(state.identity) if a.termination == "completed"]
-    found = [a for a in store.artifacts(state.identity)
-             if a.kind == "result" and a.ordinal == ordinal[-1]]  # fmt: skip
-    try:
-        if not found:
-            raise ArtifactError(f"run {state.identity[:12]} recorded no result file")
-        return state, verified_json(found[-1])
-    except ArtifactError as exc:
-        return state.unverified(exc), None
-
-
 def _state(store: RunStore, identity: str) -> RunState:
     attempts = store.attempts(identity)
     last = attempts[-1] if attempts else None
@@ -117,13 +101,9 @@ def collect(store: RunStore, study: str) -> LoraResult:
     Raises:
         ValueError: no such study, or it is not a ``lora-finetune`` study.
     """
-    row = study_row(store, study)
-    if row.kind != FinetuneSpec.kind:
-        raise ValueError(
-            f"collect: study {study!r} is a {row.kind!r} study, not a {FinetuneSpec.kind!r} study"
-        )
+    row = study_of_kind(store, study, FinetuneSpec)
     spec = FinetuneSpec.model_validate(row.spec)
-    state, data = _result(store, _state(store, spec.pretrain.identity()))
+    state, data = completed_result(store, _state(store, spec.pretrain.identity()))
     pretrain = Candidate("pretrained", "pretrain", None, state)
     if data is not None:
         pretrain.curves, pretrain.seconds = Curves(**data["curves"]), data["seconds"]
@@ -134,7 +114,7 @@ def collect(store: RunStore, study: str) -> LoraResult:
         method = "full" if s["full"] else "lora"
         rank = None if s["full"] else s["ranks"][0]
         label = "full" if rank is None else f"lora r={rank}"
-        state, data = _result(store, run)
+        state, data = completed_result(store, run)
         candidate = Candidate(label, method, rank, state, list(s["seeds"]))
         if data is not None:
             candidate.curves = Curves(**data["curves"])

@@ -18,9 +18,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gaugelab.experiments._lora_results import _result
 from gaugelab.experiments._lora_twins_spec import LORA_TWIN_OPTIMIZERS, TWIN_NAMES, LoraTwinSpec
-from gaugelab.experiments._study import RunState, run_states, study_row
+from gaugelab.experiments._study import RunState, completed_result, run_states, study_of_kind
 from gaugelab.study import report as rep
 from gaugelab.study.store import RunStore
 
@@ -81,15 +80,11 @@ def collect(store: RunStore, study: str) -> LoraTwinsResult:
     Raises:
         ValueError: no such study, or not a ``lora-twins`` study.
     """
-    row = study_row(store, study)
-    if row.kind != LoraTwinSpec.kind:
-        raise ValueError(
-            f"collect: study {study!r} is a {row.kind!r} study, not {LoraTwinSpec.kind!r}"
-        )
+    row = study_of_kind(store, study, LoraTwinSpec)
     spec = LoraTwinSpec.model_validate(row.spec)
     rows = []
     for run in run_states(store, study):
-        state, data = _result(store, run)
+        state, data = completed_result(store, run)
         item = LoraTwinRow(run.spec.get("optimizer", "?"), state)
         if data is not None:
             item.lr = data["lr"]

@@ -21,7 +21,7 @@ from gaugelab.experiments._study import (
     ArtifactError,
     RunState,
     run_states,
-    study_row,
+    study_of_kind,
     verified_json,
 )
 
@@ -155,11 +155,7 @@ def read_study(store: Any, study: str, spec_class: type[S]) -> tuple[S, list[Run
     Raises:
         ValueError: no such study, or one of another kind than ``spec_class``.
     """
-    row = study_row(store, study)
-    if row.kind != spec_class.kind:
-        raise ValueError(
-            f"collect: study {study!r} is a {row.kind!r} study, not a {spec_class.kind!r} study"
-        )
+    row = study_of_kind(store, study, spec_class)
     runs = run_states(store, study)
     results: dict[str, RuleResult] = {}
     for i, run in enumerate(runs):

@@ -142,6 +142,20 @@ def study_row(store: RunStore, study: str) -> StudyRow:
     raise ValueError(f"unknown study {study!r} in {store.path}; known: {known}")
 
 
+def study_of_kind(store: RunStore, study: str, spec_class: type) -> StudyRow:
+    """:func:`study_row` of ``study``, checked to be of ``spec_class.kind``.
+
+    Raises:
+        ValueError: no such study, or one of another kind.
+    """
+    row = study_row(store, study)
+    if row.kind != spec_class.kind:
+        raise ValueError(
+            f"collect: study {study!r} is a {row.kind!r} study, not a {spec_class.kind!r} study"
+        )
+    return row
+
+
 UNVERIFIED = "unverified"
 """The read-back state of a completed run whose artifact fails verification (not a termination
 class of the store: the attempt did complete; its file changed afterwards)."""
@@ -251,3 +265,27 @@ def paired_cells(comparison: PairedComparison) -> list[Any]:
         else "— (one pair: range only)"
     )
     return [len(comparison.seeds), comparison.mean, interval, f"[{lo:.3g}, {hi:.3g}]"]
+
+
+def completed_result(store: RunStore, state: RunState) -> tuple[RunState, dict[str, Any] | None]:
+    """The verified ``result`` artifact (JSON) of a completed run's latest completed attempt.
+
+    Returns:
+        ``(state, data)``: ``data`` is ``None`` for a run that did not complete; a completed
+        run whose result file is missing or changed comes back as ``state.unverified(…)``
+        with ``None``.
+    """
+    if not state.completed:
+        return state, None
+    ordinal = [a.ordinal for a in store.attempts(state.identity) if a.termination == "completed"]
+    found = [
+        a
+        for a in store.artifacts(state.identity)
+        if a.kind == "result" and a.ordinal == ordinal[-1]
+    ]
+    try:
+        if not found:
+            raise ArtifactError(f"run {state.identity[:12]} recorded no result file")
+        return state, verified_json(found[-1])
+    except ArtifactError as exc:
+        return state.unverified(exc), None
