@@ -20,8 +20,9 @@ app = typer.Typer(
         "Optimizer geometry on factored models. The main job: `gaugelab twins` (the "
         "attention-head twin protocol). Also: the optimizer zoo and its certificates "
         "(`optimizers`, `check`), the matrix-sensing zoo and the Adam-p dial (`zoo`, `dial`), "
-        "LoRA fine-tuning and adapter inspection (`lora`), the run store (`runs`, "
-        "`report`) and benchmarks (`bench`)."
+        "LoRA adapters: fine-tuning, inspection, comparison and composition, gauge twins and "
+        "kernel diagnostics (`lora`), the intrinsic dimension (`intrinsic-dim`), the run "
+        "store (`runs`, `report`) and benchmarks (`bench`)."
     ),
     no_args_is_help=True,
     add_completion=False,
