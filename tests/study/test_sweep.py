@@ -323,3 +323,13 @@ def test_pool_workers_stop_their_runs_when_the_driver_is_killed(tmp_path):
             time.sleep(0.2)
         stat = Path(f"/proc/{pid}/stat")
         assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"
+
+
+def test_ray_missing_is_an_error_before_any_run_is_registered(tmp_path, monkeypatch):
+    import gaugelab.study.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "ray_available", lambda: False)
+    store = tmp_path / "store.sqlite"
+    with pytest.raises(ValueError, match=r"executor='ray' needs Ray; install gaugelab\[ray\]"):
+        run_sweep(Sweep(ToySpec(), grid={"x": [1.0, 2.0]}), store=store, executor="ray")
+    assert not store.exists() or not RunStore(store).runs()

@@ -28,15 +28,23 @@ def _ray_task(store_path: str, task: Task, threads: int | None, queue: Any, driv
     return run_task(store_path, task, queue.put_nowait if queue is not None else None, driver)
 
 
+RAY_MISSING = "run_sweep: executor='ray' needs Ray; install gaugelab[ray] (pip install 'ray')"
+
+
+def ray_available() -> bool:
+    """Whether Ray can be imported (checked before a sweep registers any run)."""
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
 def _ray(max_workers: int | None, address: str | None) -> tuple[Any, bool]:
     """``(ray, started)``: Ray initialised (a local one of ``max_workers`` CPUs, or the
     cluster at ``address``); ``started`` when this call initialised it."""
     try:
         import ray
     except ImportError:
-        raise ValueError(
-            "run_sweep: executor='ray' needs Ray; install gaugelab[ray] (pip install 'ray')"
-        ) from None
+        raise ValueError(RAY_MISSING) from None
     if ray.is_initialized():
         return ray, False
     if address:

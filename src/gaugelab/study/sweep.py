@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gaugelab.study._executors import POLL_SECONDS, InProcess, Labels, LocalPool, Task
-from gaugelab.study._ray import RayPool
+from gaugelab.study._ray import RAY_MISSING, RayPool, ray_available
 from gaugelab.study.runner import HELD, REUSED, Outcome, RunInterrupted, spec_reference
 from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
@@ -229,6 +229,8 @@ def run_sweep(
             raise ValueError(f"run_sweep: {arg}={value!r}; allowed: an integer >= 1 or None")
     if not callable(getattr(sweep.spec, "execute", None)):
         raise ValueError(f"run_sweep: {type(sweep.spec).__name__} defines no execute(run)")
+    if executor == "ray" and not ray_available():
+        raise ValueError(RAY_MISSING)  # before any run is registered
     specs = {spec.identity(): spec for spec in sweep.specs()}  # first of each identity
     result = SweepResult()
     store_path = os.fspath(Path(store).absolute())
