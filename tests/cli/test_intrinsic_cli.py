@@ -59,3 +59,43 @@ def test_help_explains_the_protocol():
     assert result.exit_code == 0
     for text in ("--family", "--threshold", "--quick", "cumulative"):
         assert text in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--seeds", "-1"), "--seeds -1; allowed: integers >= 0"),
+        (("--lrs", "-1"), "--lrs -1; allowed: rates > 0"),
+        (("--full-lrs", "0"), "--full-lrs 0; allowed: rates > 0"),
+        (("--hidden", "1"), "--hidden 1; allowed: an integer >= 2"),
+        (("--layers", "0"), "--layers 0; allowed: an integer >= 1"),
+        (("--dtype", "float16"), "--dtype float16; allowed: float32 or float64"),
+        (("--problem", "char", "--hidden", "33"), "--hidden 33; allowed: an even integer >= 2"),
+        (("--method", "said", "--dims", "2"), "--dims 2; allowed: 3 <= d <= 1485 (SAID"),
+        (("--family", "orthonormal", "--dims", "8,2000"), "--dims 2000; allowed: 1 <= d <= 1482"),
+        (
+            ("--problem", "finetune", "--method", "said", "--family", "fastfood", "--dims", "2,32"),
+            "--dims 2; allowed: 3 <= d <= 1400",
+        ),
+    ],
+)
+def test_bad_values_name_the_option_the_value_and_what_is_allowed(tmp_path, args, message):
+    result = invoke("--quick", "--store", tmp_path / "s.sqlite", *args)
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()  # one line, no traceback
+    assert line.startswith(f"error: {message}"), line
+    assert not (tmp_path / "s.sqlite").exists()  # nothing registered
+
+
+def test_help_states_the_defaults_it_applies():
+    from gaugelab.experiments._intrinsic_spec import QUICK, IntrinsicSpec
+
+    result = invoke("--help")
+    text = " ".join(result.output.replace("│", " ").split())
+    for name, option in (("lrs", "--lrs"), ("full_lrs", "--full-lrs"), ("seeds", "--seeds")):
+        default = ",".join(f"{v:g}" for v in IntrinsicSpec.model_fields[name].default)
+        quick = ",".join(f"{v:g}" for v in QUICK[name])
+        assert f"(default {default}; {quick} with --quick)" in text, option
+    assert "unit-columns (the default of dense, sparse and fastfood)" in text
+    assert "fastfood also takes 1/p" in text and "fastfood: 1/p" not in text
+    assert IntrinsicSpec(family="fastfood").normalization == "unit-columns"  # as stated

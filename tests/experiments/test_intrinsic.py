@@ -10,6 +10,7 @@ from gaugelab.experiments.intrinsic import (
     plan,
     quick_spec,
     run_intrinsic_dim,
+    tables,
 )
 from gaugelab.experiments.registry import report_study
 from gaugelab.study.store import RunStore
@@ -93,6 +94,7 @@ def test_character_model_is_a_third_problem_scored_by_next_character_accuracy(tm
     (record,) = result.records
     assert record.status == "completed" and 0 <= record.score <= 1
     assert 0 < result.base_score < 0.1  # an untrained model: about one character in 65
+    assert "on tiny-shakespeare (char)" in tables(result)[0].title  # not "digits"
     # d_model 16, 1 block: embeddings 65·16 + 32·16, attention 4·16·16, MLP 2·16·32,
     # two RMSNorm gains and the final one 3·16, unembedding 16·65
     assert result.estimate.ledger["ambient_dim"] == 1040 + 512 + 1024 + 1024 + 48 + 1040
@@ -117,3 +119,108 @@ def test_a_failed_trial_is_kept_in_the_records_and_never_selected(tmp_path, monk
     summary = {s.d: s for s in result.estimate.summaries}[32]
     assert summary.failed_seeds == [1] and list(summary.seed_scores) == [0]
     assert len(result.records) == 4  # append-only: the failure is in the raw table
+
+
+def test_problem_size_is_the_model_that_trains(tmp_path):
+    import torch
+
+    from gaugelab.experiments._intrinsic_budget import problem_size
+    from gaugelab.experiments._intrinsic_train import build_problem, make_mlp
+    from gaugelab.lowrank.intrinsic import SAIDReparameterization, make_projection
+
+    spec = quick_spec()
+    model = build_problem(spec).model
+    size = problem_size(spec)
+    assert size.ambient_dim == sum(p.numel() for p in model.parameters()) == 1482
+    said = SAIDReparameterization(model, lambda D, k: make_projection("dense", D, k, 0), 8)
+    assert size.groups == len(said.groups) == 3
+    finetune = quick_spec(problem="finetune", layers=5, hidden=40)  # the pretrain's body counts
+    body = make_mlp(16, 2, 5, 0, torch.float32)
+    assert problem_size(finetune).ambient_dim == sum(p.numel() for p in body.parameters())
+    char = problem_size(quick_spec(problem="char", layers=1))
+    assert char.ambient_dim == 1040 + 512 + 1024 + 1024 + 48 + 1040  # as the char test counts
+
+
+@pytest.mark.parametrize(
+    ("fields", "refused", "admitted"),
+    [
+        ({"method": "said"}, 2, (3, 1485)),  # m = 3 scales inside d; d − m <= D = 1482
+        ({"method": "said", "family": "fastfood"}, 1486, (3, 1485)),
+        ({"family": "orthonormal", "normalization": "qr"}, 1483, (1, 1482)),
+        ({"problem": "finetune", "method": "said"}, 1401, (3, 1400)),  # D = 1397, new head
+    ],
+)
+def test_an_inadmissible_d_is_refused_before_any_run(tmp_path, fields, refused, admitted):
+    for d in admitted:  # the ends of the admissible range plan
+        assert plan(quick_spec(dims=(d,), **fields)).specs()
+    spec = quick_spec(dims=(admitted[0], refused), **fields)
+    with pytest.raises(ValueError, match=rf"^IntrinsicSpec: dims={refused}; allowed: "):
+        plan(spec)
+    store = tmp_path / "s.sqlite"
+    with pytest.raises(ValueError, match=rf"dims={refused}"):
+        run_intrinsic_dim(spec, store=store)
+    assert not store.exists()  # nothing registered, not even the finetune pretrain
+
+
+def test_bad_grid_values_name_the_field_and_the_value():
+    for fields, message in (
+        ({"seeds": (0, -1)}, "seeds=-1; allowed: integers >= 0"),
+        ({"lrs": (0.03, -1.0)}, "lrs=-1; allowed: rates > 0"),
+        ({"full_lrs": (0.0,)}, "full_lrs=0; allowed: rates > 0"),
+        ({"dims": (8, 0)}, "dims=0; allowed: integers >= 1"),
+        ({"problem": "char", "hidden": 33}, "hidden=33; allowed: an even integer"),
+    ):
+        with pytest.raises(ValueError, match=f"IntrinsicSpec: {message}"):
+            quick_spec(**fields)
+
+
+def test_a_d_with_no_surviving_seed_is_unmeasured_not_a_bracket_end(tmp_path, monkeypatch):
+    from gaugelab.errors import NonFiniteError
+    from gaugelab.experiments import _intrinsic_train
+    from gaugelab.experiments.intrinsic import tables
+
+    train = _intrinsic_train._train
+
+    def failing(model, params, sample, steps, batch, lr, seed, label, run):
+        if label.startswith("did d=8 "):  # every seed of the smallest d
+            raise NonFiniteError(f"{label}: training loss nan at step 1")
+        return train(model, params, sample, steps, batch, lr, seed, label, run)
+
+    monkeypatch.setattr(_intrinsic_train, "_train", failing)
+    spec = quick_spec(dims=(8, 32), seeds=(0,), threshold_value=0.01)  # 32 surely passes
+    result = run_intrinsic_dim(spec, store=tmp_path / "s.sqlite", write_report=False).result
+    c = result.estimate.crossing
+    assert c.unmeasured == (8,) and c.state == "left-censored" and c.bracket is None
+    assert c.statement == (
+        "d90 <= 32 (left-censored: the first measured d passes; unmeasured d = 8 (no seed "
+        "survived))"
+    )
+    summary, estimate, _ = tables(result)
+    state = summary.columns.index("vs target")
+    assert [row[0] for row in summary.rows if row[state].startswith("unmeasured")] == [8]
+    assert ["unmeasured d (no seed survived)", "8"] in estimate.rows
+
+
+def test_unmeasured_grid_points_never_witness_a_crossing_or_censoring():
+    from gaugelab.lowrank.intrinsic import classify_grid_crossing
+
+    inside = classify_grid_crossing([(2, 0.5), (4, None), (8, 0.9)], target=0.8)
+    assert (inside.state, inside.estimate, inside.bracket) == ("crossed", 8, (2, 8))
+    assert inside.statement.endswith("bracket (2, 8]; unmeasured d = 4 (no seed survived)")
+    below = classify_grid_crossing([(2, None), (32, 0.9)], target=0.8)
+    assert below.state == "left-censored" and below.bracket is None and below.unmeasured == (2,)
+    above = classify_grid_crossing([(4, 0.5), (8, float("nan"))], target=0.8)
+    assert above.state == "right-censored"
+    assert above.statement.startswith("d90 > 4 / unresolved") and "unmeasured d = 8" in (
+        above.statement
+    )
+    nothing = classify_grid_crossing([(4, None), (8, None)], target=0.8)
+    assert (nothing.state, nothing.estimate, nothing.bracket) == ("unresolved", None, None)
+    assert (
+        nothing.statement
+        == "d90 unresolved (no tested d was measured: no seed survived at d = 4, 8)"
+    )
+    measured = classify_grid_crossing([(2, 0.5), (4, 0.9)], target=0.8)
+    assert measured.unmeasured == () and measured.statement == (
+        "d90 = 4 on the tested grid, bracket (2, 4]"
+    )

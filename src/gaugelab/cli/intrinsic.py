@@ -31,6 +31,9 @@ OPTIONS = {
     "threshold": "--threshold",
     "threshold_value": "--threshold-value",
     "aggregator": "--aggregator",
+    "hidden": "--hidden",
+    "layers": "--layers",
+    "dtype": "--dtype",
 }
 """IntrinsicSpec fields → the command's options (for its error messages)."""
 
@@ -53,24 +56,46 @@ def intrinsic_dim(
     ] = "dense",
     normalization: Annotated[
         str | None,
-        typer.Option(help="Columns: unit-columns (default); qr for orthonormal; fastfood: 1/p."),
+        typer.Option(
+            help="Column normalization: unit-columns (the default of dense, sparse and "
+            "fastfood); qr (orthonormal, its only one); fastfood also takes 1/p."
+        ),
     ] = None,
     dims: Annotated[
-        str | None, typer.Option(help="Grid of d (default 10,20,…,640; 8,32 with --quick).")
+        str | None,
+        typer.Option(
+            help="Grid of d (default 10,20,…,640; 8,32 with --quick). Each d must fit the "
+            "problem: DID 1 <= d <= D; SAID m <= d <= D + m (its m group scales are inside d)."
+        ),
     ] = None,
-    seeds: Annotated[str | None, typer.Option(help="Projection seeds (default 0,1,2).")] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Projection seeds, >= 0 (default 0,1,2; 0,1 with --quick).")
+    ] = None,
     lrs: Annotated[
-        str | None, typer.Option(help="Subspace Adam learning rates (the search per trial).")
+        str | None,
+        typer.Option(
+            help="Subspace Adam learning rates, > 0, searched per (d, seed) (default "
+            "0.01,0.03; 0.03 with --quick)."
+        ),
     ] = None,
     full_lrs: Annotated[
-        str | None, typer.Option(help="Full fine-tuning learning rates (the reference).")
+        str | None,
+        typer.Option(
+            help="Full fine-tuning Adam learning rates, > 0, one reference run each (default "
+            "0.001,0.003; 0.003 with --quick)."
+        ),
     ] = None,
-    steps: Annotated[int | None, typer.Option(help="Adam steps per trial (default 400).")] = None,
+    steps: Annotated[
+        int | None, typer.Option(help="Adam steps per trial (default 400; 40 with --quick).")
+    ] = None,
     hidden: Annotated[
-        int | None, typer.Option(help="Hidden width (scratch), d_model (char); default 64.")
+        int | None,
+        typer.Option(
+            help="Hidden width (scratch), d_model (char, even); >= 2, default 64 (16 with --quick)."
+        ),
     ] = None,
     layers: Annotated[
-        int | None, typer.Option(help="Hidden layers (scratch), blocks (char); default 2.")
+        int | None, typer.Option(help="Hidden layers (scratch), blocks (char); >= 1, default 2.")
     ] = None,
     threshold: Annotated[
         str, typer.Option(help="historical (ratio · S_full) or normalized-gain (G_d ≥ τ).")
@@ -97,7 +122,9 @@ def intrinsic_dim(
     kept, its evaluation accuracy aggregated over seeds (median) and compared with the target
     (historically 0.9 · S_full). The result is the first passing tested d with its grid bracket
     (prev, d], or the censoring state — `d90 <= d_min` / `> d_max / unresolved` — never d_min
-    or d_max standing in for an estimate; raw scores are never smoothed by a cumulative maximum.
+    or d_max standing in for an estimate; a d where no seed survived is reported unmeasured and
+    is never a bracket end; raw scores are never smoothed by a cumulative maximum. Every d is
+    checked against the problem first (DID 1 <= d <= D, SAID m <= d <= D + m).
     Prints the per-d table, the estimate with its envelope and the raw records, and writes a
     figure (score against d per seed and aggregated, the threshold, the bracket) and a report.
     """
@@ -106,6 +133,7 @@ def intrinsic_dim(
     from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
     from gaugelab.cli._errors import fail
     from gaugelab.experiments.intrinsic import (
+        PROBLEM_LABELS,
         IntrinsicSpec,
         plan,
         quick_spec,
@@ -150,7 +178,7 @@ def intrinsic_dim(
         raise fail(exc, OPTIONS) from None
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     header = (
-        f"{spec.method.upper()} on digits ({spec.problem}), {spec.family} projection "
+        f"{spec.method.upper()} on {PROBLEM_LABELS[spec.problem]}, {spec.family} projection "
         f"({spec.normalization}): {total} runs (full reference × {len(spec.full_lrs)}, d in "
         f"{list(spec.dims)} × seeds {list(spec.seeds)} × lrs {list(spec.lrs)}), {spec.steps} "
         f"steps each; store {store}"

@@ -20,7 +20,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gaugelab.experiments._intrinsic_spec import IntrinsicSpec
+from gaugelab.experiments._intrinsic_spec import PROBLEM_LABELS, IntrinsicSpec
 from gaugelab.experiments._study import (
     RunState,
     completed_result,
@@ -187,11 +187,17 @@ def summary_table(result: IntrinsicResult) -> rep.Table:
     for s in est.summaries if est else []:
         cells = [s.seed_scores.get(seed) for seed in spec.seeds]
         lrs = ", ".join(f"{s.selected[k]['lr']:g}" for k in spec.seeds if k in s.selected)
-        state = "degenerate (d = m)" if s.degenerate else ("pass" if s.passes else "fail")
+        if not s.measured:
+            state = "unmeasured (no seed survived)"
+        elif s.degenerate:
+            state = "degenerate (d = m)"
+        else:
+            state = "pass" if s.passes else "fail"
         rows.append([s.d, *cells, s.aggregate, state, lrs, ", ".join(map(str, s.failed_seeds))])
     return rep.Table(
-        title=f"{spec.method.upper()} on digits ({spec.problem}), {spec.family} projection: "
-        "evaluation accuracy by d",
+        title=f"{spec.method.upper()} on {PROBLEM_LABELS[spec.problem]}, {spec.family} "
+        f"projection: evaluation {'next-character ' if spec.problem == 'char' else ''}"
+        "accuracy by d",
         columns=[
             "d",
             *(f"seed {k}" for k in spec.seeds),
@@ -222,6 +228,7 @@ def estimate_table(result: IntrinsicResult) -> rep.Table:
             ["boundary state", c.state],
             ["estimate", c.statement],
             ["non-monotone after the crossing", ", ".join(map(str, c.failing_after)) or "—"],
+            ["unmeasured d (no seed survived)", ", ".join(map(str, c.unmeasured)) or "—"],
             ["projection", f"{est.projections['family']} ({est.projections['normalization']})"],
             ["budget", f"Adam, {est.budget['steps']} steps, lrs {est.budget['lrs']}"],
             [

@@ -19,13 +19,19 @@ from pydantic import Field, field_validator, model_validator
 
 from gaugelab.study.spec import ExperimentSpec
 
-__all__ = ["QUICK", "DigitsPretrainSpec", "IntrinsicSpec", "quick_spec"]
+__all__ = ["PROBLEM_LABELS", "QUICK", "DigitsPretrainSpec", "IntrinsicSpec", "quick_spec"]
 
 PROBLEMS = ("scratch", "finetune", "char")
 """``scratch``: the MLP on all ten digits from its initialization (li2018intrinsic);
 ``finetune``: the body pretrained on digits 0–4, a new head for 5–9, head inside ``d``
 (aghajanyan2021intrinsic); ``char``: a causal character Transformer from its initialization on
 tiny-shakespeare, scored by next-character accuracy."""
+PROBLEM_LABELS = {
+    "scratch": "digits (scratch)",
+    "finetune": "digits (finetune 0–4 → 5–9)",
+    "char": "tiny-shakespeare (char)",
+}
+"""How each problem is named in headers and table titles: its data and its setting."""
 METHODS = ("did", "said")
 FAMILIES = ("dense", "orthonormal", "sparse", "fastfood")
 STUDY_ONLY = ("threshold", "threshold_value", "aggregator")
@@ -116,10 +122,16 @@ class IntrinsicSpec(ExperimentSpec):
     def _check(self) -> IntrinsicSpec:
         if self.role != "full" and (not self.dims or not self.seeds or not self.lrs):
             raise ValueError("IntrinsicSpec: dims, seeds and lrs need at least one value each")
-        if any(d < 1 for d in self.dims):
-            raise ValueError(f"IntrinsicSpec: dims={list(self.dims)}; allowed: integers >= 1")
-        if not self.full_lrs or any(lr <= 0 for lr in (*self.lrs, *self.full_lrs)):
-            raise ValueError("IntrinsicSpec: learning rates must be positive, full_lrs non-empty")
+        if not self.full_lrs:
+            raise ValueError("IntrinsicSpec: full_lrs is empty; allowed: at least one rate > 0")
+        for name, bad, allowed in (
+            ("dims", [d for d in self.dims if d < 1], "integers >= 1"),
+            ("seeds", [s for s in self.seeds if s < 0], "integers >= 0"),
+            ("lrs", [lr for lr in self.lrs if not lr > 0], "rates > 0"),
+            ("full_lrs", [lr for lr in self.full_lrs if not lr > 0], "rates > 0"),
+        ):
+            if bad:  # the first offending value, as typed (%g), so the CLI can name its option
+                raise ValueError(f"IntrinsicSpec: {name}={bad[0]:g}; allowed: {allowed}")
         allowed = ("unit-columns", "1/p") if self.family == "fastfood" else ("unit-columns",)
         if self.family == "orthonormal":
             allowed = ("qr",)
@@ -129,7 +141,10 @@ class IntrinsicSpec(ExperimentSpec):
                 f"{self.family!r}; allowed: {', '.join(allowed)}"
             )
         if self.problem == "char" and self.hidden % 2:
-            raise ValueError(f"IntrinsicSpec: hidden={self.hidden} for char; allowed: even")
+            raise ValueError(
+                f"IntrinsicSpec: hidden={self.hidden}; allowed: an even integer >= 2 with "
+                "problem char (d_model is split over two attention heads)"
+            )
         if self.role == "subspace" and (len(self.dims), len(self.seeds), len(self.lrs)) != (1,) * 3:
             raise ValueError("IntrinsicSpec: a subspace run holds one d, one seed and one lr")
         if self.role == "full" and len(self.full_lrs) != 1:

@@ -42,7 +42,15 @@ from gaugelab.lowrank.intrinsic import (
 from gaugelab.study.runner import AdmissionError
 from gaugelab.tasks.digits import DigitsSplits, digits_splits
 
-__all__ = ["Problem", "accuracy", "build_problem", "make_mlp", "train_pretrain", "train_trial"]
+__all__ = [
+    "Problem",
+    "accuracy",
+    "build_problem",
+    "char_model",
+    "make_mlp",
+    "train_pretrain",
+    "train_trial",
+]
 
 FINETUNE_CLASSES = (5, 6, 7, 8, 9)
 
@@ -208,11 +216,9 @@ CHAR_BLOCK = 32
 """Window length of the character problem (characters)."""
 
 
-def _char_problem(spec: IntrinsicSpec) -> Problem:
-    """A causal character Transformer (``layers`` blocks, ``d_model = hidden``, two heads) at
-    its initialization, on the packaged tiny-shakespeare: training windows from the train split;
-    the validation split cut in halves, four fixed batches of 64 windows from the first half
-    (selection) and from the second (evaluation), drawn from ``split_seed``."""
+def char_model(spec: IntrinsicSpec) -> tuple[nn.Module, Any]:
+    """The causal character Transformer (``layers`` blocks, ``d_model = hidden``, two heads) at
+    its initialization, and the packaged tiny-shakespeare it reads."""
     from gaugelab.models import Transformer, TransformerConfig
     from gaugelab.tasks import CharText
 
@@ -223,7 +229,14 @@ def _char_problem(spec: IntrinsicSpec) -> Problem:
         normalization="rmsnorm", norm_placement="pre", positional="learned", causal=True,
         init_std=0.02,
     )  # fmt: skip
-    model = Transformer(config, seed=spec.init_seed, dtype=getattr(torch, spec.dtype))
+    return Transformer(config, seed=spec.init_seed, dtype=getattr(torch, spec.dtype)), text
+
+
+def _char_problem(spec: IntrinsicSpec) -> Problem:
+    """:func:`char_model` on tiny-shakespeare: training windows from the train split; the
+    validation split cut in halves, four fixed batches of 64 windows from the first half
+    (selection) and from the second (evaluation), drawn from ``split_seed``."""
+    model, text = char_model(spec)
     val = text.data("val")
     half = val.numel() // 2
     gen = torch.Generator().manual_seed(spec.split_seed)

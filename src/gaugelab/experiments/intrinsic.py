@@ -23,10 +23,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from gaugelab.experiments._intrinsic_budget import check_budgets
 from gaugelab.experiments._intrinsic_results import IntrinsicResult, collect, figure
 from gaugelab.experiments._intrinsic_results import report as _report
 from gaugelab.experiments._intrinsic_results import tables as _tables
 from gaugelab.experiments._intrinsic_spec import (
+    PROBLEM_LABELS,
     STUDY_ONLY,
     DigitsPretrainSpec,
     IntrinsicSpec,
@@ -38,6 +40,7 @@ from gaugelab.study.report import Table
 from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
 
 __all__ = [
+    "PROBLEM_LABELS",
     "DigitsPretrainSpec",
     "IntrinsicResult",
     "IntrinsicSpec",
@@ -70,7 +73,13 @@ def plan(spec: IntrinsicSpec, study: str | None = None) -> Sweep:
     Each run's spec resets what it does not read to the defaults (the threshold and aggregator,
     the other role's grid; ``pretrain`` unless ``finetune``), so a trial is the same stored run in
     every study that asks for it. The study is ``intrinsic-dim-<identity[:12]>`` unless given.
+
+    Raises:
+        ValueError: a ``d`` of the grid the problem cannot train (DID ``d > D``, SAID ``d < m``
+            or ``d − m > D``; :func:`~gaugelab.experiments._intrinsic_budget.check_budgets`),
+            before any run is planned.
     """
+    check_budgets(spec)
     reset = {k: _default(k) for k in STUDY_ONLY}
     if spec.problem != "finetune":
         reset["pretrain"] = DigitsPretrainSpec().spec_dict()
@@ -137,7 +146,8 @@ def run_intrinsic_dim(
         The :class:`StudyOutcome`; ``outcome.result.estimate`` is the d90 estimate.
 
     Raises:
-        ValueError: a bad executor option, or a study name already used by another spec.
+        ValueError: a bad executor option, a study name already used by another spec, or a
+            ``d`` the problem cannot train (see :func:`plan`; nothing is run or stored).
         FileExistsError: ``report_dir`` already holds a report (checked before any run).
 
     Source: seed 003 §0x02J.
@@ -154,11 +164,12 @@ def run_intrinsic_dim(
     sweep_options = {k: v for k, v in options.items() if k in keys}
     sweep_options.setdefault("max_workers", 1)
     sweep_options.setdefault("threads", 1)
+    sweep = plan(spec, study)  # refuses an inadmissible grid before the pretrain runs
     first = None
     if spec.problem == "finetune":
         first = run_sweep(plan_pretrain(spec.pretrain), **sweep_options)
     options.setdefault("max_workers", 1)
-    outcome = run_experiment(plan(spec, study), collect, report, **options)
+    outcome = run_experiment(sweep, collect, report, **options)
     if first is not None:
         outcome.sweep = SweepResult(
             completed=[*first.completed, *outcome.sweep.completed],

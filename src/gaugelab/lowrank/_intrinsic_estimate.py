@@ -54,9 +54,12 @@ AGGREGATORS: dict[str, Callable[[Sequence[float]], float]] = {
 }
 """Declared seed aggregators ``A_s`` by name."""
 
-BOUNDARY_STATES = ("crossed", "left-censored", "right-censored")
-"""§0x02G: crossed within the grid; the first tested ``d`` already passes (report
-``d90 <= d_min``); no tested ``d`` passes (report ``> d_max / unresolved``)."""
+BOUNDARY_STATES = ("crossed", "left-censored", "right-censored", "unresolved")
+"""§0x02G: crossed within the grid; the first measured ``d`` already passes (report
+``d90 <= d_min``); no measured ``d`` passes (report ``> d_max / unresolved``); and
+``unresolved`` — no ``d`` of the grid was measured at all (every trial failed), so there is
+nothing to classify. A ``d`` without a scored seed is *unmeasured*: it is never a bracket end
+nor a crossing or censoring witness."""
 
 NON_IMPLICATIONS = (
     "that every random subspace of dimension d succeeds",
@@ -127,6 +130,11 @@ class DimensionSummary:
     passes: bool = False
     degenerate: bool = False
 
+    @property
+    def measured(self) -> bool:
+        """At least one seed was scored (a ``d`` without one is unmeasured, not failing)."""
+        return self.aggregate is not None
+
 
 @dataclass(frozen=True)
 class GridCrossing:
@@ -139,8 +147,10 @@ class GridCrossing:
         bracket: ``(previous tested d, first passing d]`` when crossed, else ``None``.
         statement: how to report it: ``d90 = 6 on the grid, bracket (4, 6]``, ``d90 <= 4
             (left-censored)``, ``d90 > 8 / unresolved (right-censored)``.
-        failing_after: tested ``d`` above the estimate whose aggregate fails again
+        failing_after: measured ``d`` above the estimate whose aggregate fails again
             (non-monotone scores, kept as measured).
+        unmeasured: tested ``d`` with no scored seed (every trial failed): left out of the
+            classification, named in the statement when they bear on it.
     """
 
     state: str
@@ -148,6 +158,7 @@ class GridCrossing:
     bracket: tuple[int, int] | None
     statement: str
     failing_after: tuple[int, ...] = ()
+    unmeasured: tuple[int, ...] = ()
 
 
 def classify_grid_crossing(
@@ -155,14 +166,21 @@ def classify_grid_crossing(
 ) -> GridCrossing:
     """Classify the grid's boundary state from the aggregated score per tested ``d``.
 
+    Only *measured* ``d`` (a finite aggregate) take part: a ``d`` whose aggregate is ``None``
+    or non-finite (no seed survived) is unmeasured — it neither passes nor fails, is never a
+    bracket end, and never witnesses a crossing or censoring. The bracket's lower end is the
+    last measured ``d`` below the first passing one; the statement names the unmeasured ``d``
+    that lie inside the bracket, below a left-censored pass or above a right-censored grid.
+
     Args:
         scores: ``(d, aggregate)`` pairs or :class:`DimensionSummary` (any order; ``None``
-            aggregate: nothing scored, fails).
+            aggregate: nothing scored, unmeasured).
         target: the threshold on the quality scale.
 
     Returns:
-        The :class:`GridCrossing`; the first passing tested ``d`` is the estimate, with no
-        cumulative maximum taken over the scores.
+        The :class:`GridCrossing`; the first passing measured ``d`` is the estimate, with no
+        cumulative maximum taken over the scores; state ``unresolved`` when no ``d`` was
+        measured.
 
     Raises:
         ValueError: an empty grid, repeated ``d``, or a non-finite target.
@@ -180,29 +198,54 @@ def classify_grid_crossing(
     if not math.isfinite(target):
         raise ValueError(f"classify_grid_crossing: target={target}; allowed: a finite number")
     pairs.sort()
-    passing = [a is not None and math.isfinite(a) and a >= target for _, a in pairs]
+    measured = [(d, a) for d, a in pairs if a is not None and math.isfinite(a)]
+    unmeasured = tuple(d for d, a in pairs if a is None or not math.isfinite(a))
+
+    def note(ds: Sequence[int]) -> str:
+        return f"; unmeasured d = {', '.join(map(str, ds))} (no seed survived)" if ds else ""
+
+    if not measured:
+        return GridCrossing(
+            "unresolved",
+            None,
+            None,
+            f"d90 unresolved (no tested d was measured: no seed survived at d = "
+            f"{', '.join(map(str, unmeasured))})",
+            unmeasured=unmeasured,
+        )
+    passing = [a >= target for _, a in measured]
     if not any(passing):
-        d_max = pairs[-1][0]
+        d_max = measured[-1][0]
         return GridCrossing(
             "right-censored",
             None,
             None,
-            f"d90 > {d_max} / unresolved (right-censored: no tested d passes)",
+            f"d90 > {d_max} / unresolved (right-censored: no measured d passes"
+            f"{note([d for d in unmeasured if d > d_max])})",
+            unmeasured=unmeasured,
         )
     first = passing.index(True)
-    after = tuple(d for (d, _), ok in zip(pairs[first:], passing[first:], strict=True) if not ok)
+    after = tuple(d for (d, _), ok in zip(measured[first:], passing[first:], strict=True) if not ok)
     if first == 0:
-        d_min = pairs[0][0]
+        d_min = measured[0][0]
         return GridCrossing(
             "left-censored",
             None,
             None,
-            f"d90 <= {d_min} (left-censored: the first tested d passes)",
+            f"d90 <= {d_min} (left-censored: the first measured d passes"
+            f"{note([d for d in unmeasured if d < d_min])})",
             after,
+            unmeasured,
         )
-    lo, hi = pairs[first - 1][0], pairs[first][0]
+    lo, hi = measured[first - 1][0], measured[first][0]
     return GridCrossing(
-        "crossed", hi, (lo, hi), f"d90 = {hi} on the tested grid, bracket ({lo}, {hi}]", after
+        "crossed",
+        hi,
+        (lo, hi),
+        f"d90 = {hi} on the tested grid, bracket ({lo}, {hi}]"
+        f"{note([d for d in unmeasured if lo < d < hi])}",
+        after,
+        unmeasured,
     )
 
 
