@@ -7,6 +7,7 @@ import typer
 from typer.testing import CliRunner
 
 from gaugelab.cli import lora
+from gaugelab.cli._console import LineProgress
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -64,3 +65,37 @@ def test_help_explains_the_command():
     result = invoke("kernel", "--help")
     assert result.exit_code == 0
     assert "three matched paths" in result.output and "--optimizers" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--adam-lr", "inf"), "error: --adam-lr inf; allowed: a finite number > 0"),
+        (("--gd-lr", "nan"), "error: --gd-lr nan; allowed: a finite number > 0"),
+        (("--gd-lr", "-1"), "error: --gd-lr -1; allowed: a finite number > 0"),
+        (("--optimizers", ""), "error: --optimizers ''; allowed: distinct names of gd, adam"),
+        (("--optimizers", "gd,gd"), "error: --optimizers 'gd,gd'; allowed: distinct names"),
+    ],
+)
+def test_rates_and_optimizers_are_checked_before_anything_trains(tmp_path, args, message):
+    store = tmp_path / "s.sqlite"
+    result = invoke("kernel", "--quick", *args, "--store", store)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(message) and result.output.count("\n") == 1
+    assert not store.exists()  # the pretrain did not run: nothing was written
+
+
+def test_the_last_progress_line_is_not_repeated_when_the_last_tick_printed_it(capsys):
+    progress = LineProgress("kernel runs", interval=3600)  # ticks only when told here
+    with progress:
+        progress.runs(2, 2)
+        progress._print()  # a tick: the same state and second as the end
+    with LineProgress("kernel runs", interval=3600) as moved:
+        moved.runs(1, 2)
+        moved._print()
+        moved.runs(2, 2)  # the state changed after the last tick: the end says so
+    assert capsys.readouterr().err.splitlines() == [
+        "kernel runs: 2/2 runs, 00:00",
+        "kernel runs: 1/2 runs, 00:00",
+        "kernel runs: 2/2 runs, 00:00",
+    ]

@@ -83,3 +83,27 @@ def test_the_help_lists_the_protocol_and_the_module_imports_no_torch():
     code = "import sys, gaugelab.cli.lora_twins; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--lr", "inf"), "error: --lr inf; allowed: a finite number > 0"),
+        (("--lr", "0"), "error: --lr 0; allowed: a finite number > 0"),
+        (("--scalar", "inf"), "error: --scalar inf; allowed: a finite number > 0"),
+        (("--noise-scale", "nan"), "error: --noise-scale nan; allowed: a finite number > 0"),
+        (("--optimizers", ""), "error: --optimizers ''; allowed: distinct names of adam,"),
+    ],
+)
+def test_rates_are_checked_before_anything_runs(args, message, tmp_path):
+    result = invoke("--quick", *args, "--store", tmp_path / "s.sqlite")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(message) and result.output.count("\n") == 1
+    assert not (tmp_path / "s.sqlite").exists()  # nothing trained, nothing written
+
+
+def test_the_quick_study_prints_the_update_angles_against_the_noise_floor(quick):
+    out = quick[2].output
+    assert "noise angle (rad)" in out
+    assert "sgd-compensated: largest principal angle between the updates at step 6" in out
+    assert "(the floor)" in out

@@ -9,11 +9,15 @@ import json
 import pytest
 import safetensors.torch
 import torch
+from matplotlib.figure import Figure
 
+from gaugelab.experiments._kernel_results import step_axis
 from gaugelab.experiments._kernel_train import plain_attention
 from gaugelab.experiments._lora_data import base_model, load_corpus, pretrain_weights
 from gaugelab.experiments.lora_kernel import (
     KernelSpec,
+    diagnostics_figure,
+    notes,
     plan,
     quick_spec,
     report,
@@ -127,3 +131,55 @@ def test_a_run_holds_one_optimizer_and_bad_specs_name_the_field():
         KernelSpec(optimizers=("lion",))
     with pytest.raises(ValueError, match="a run holds one"):
         _ = SPEC.optimizer
+
+
+@pytest.mark.parametrize("field", ["gd_lr", "adam_lr"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0.0, -0.1])
+def test_every_rate_is_checked_finite_and_positive_before_any_run(field, value):
+    with pytest.raises(ValueError, match=rf"{field}=.*allowed: a finite number > 0"):
+        quick_spec(**{field: value})
+    assert quick_spec(**{field: 1e-30}).lr(field.removesuffix("_lr")) == 1e-30
+
+
+def test_a_rank_above_min_d_in_d_out_is_accepted_with_a_note():
+    assert quick_spec(rank=32).rank_note() is None  # d_model 32, d_mlp 64: r = 32 fits all
+    note = quick_spec(rank=1000).rank_note()
+    assert note.startswith("note: r = 1000 exceeds min(d_in, d_out) of 6 of 6 adapted")
+    assert "q_proj 32" in note and "fc_out 32" in note and "not update rank" in note
+    narrow = quick_spec(pretrain={"d_mlp": 16}, rank=20)  # only the MLP's 16 is below 20
+    assert "of 2 of 6 adapted projection(s) (fc_in 16, fc_out 16;" in narrow.rank_note()
+
+
+def test_notes_say_when_a_level_was_never_exceeded_and_name_the_rank(study):
+    result = copy.deepcopy(study[1].result)
+    gd = result.runs[0]
+    for row, gap in zip(gd.data["paths"]["linearized"], (0.0, 0.05, 0.2), strict=True):
+        row["prediction_gap"] = gap
+    for row, r_lin in zip(gd.data["paths"]["nonlinear"], (0.0, 0.05, 0.07), strict=True):
+        row["r_lin"] = r_lin
+    lines = notes(result)
+    assert (
+        "gd: the linearized model's prediction gap first exceeds 0.1 at step 3 of 3; the "
+        "nonlinear path's R_lin never exceeded 0.1 at a checkpoint within 3 steps"
+    ) in lines
+    assert (
+        "gd: neither the linearized model's prediction gap nor the nonlinear path's R_lin "
+        "exceeded 0.5 at a checkpoint within 3 steps"
+    ) in lines
+    assert not any("(never)" in line for line in lines)
+    result.spec = result.spec.model_copy(update={"rank": 1000})
+    assert notes(result)[0].startswith("note: r = 1000 exceeds min(d_in, d_out)")
+
+
+def test_the_step_axis_reads_as_integers_at_the_checkpoints(study):
+    fig = diagnostics_figure(study[1].result)
+    for ax in fig.axes:
+        assert list(ax.get_xticks()) == [0, 1, 3]  # SPEC's checkpoints
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "3"]
+        assert len(ax.xaxis.get_minorticklocs()) == 0
+    fig.canvas.draw()  # lays out without error
+    ax = Figure().subplots()
+    default = KernelSpec.model_fields["checkpoints"].default  # 0, 5, 10, 25, 50, 100, 200
+    assert step_axis(ax, default) == [0, 5, 25, 200]  # neighbours ≥ 1/7 of the axis apart
+    assert step_axis(ax, (0, 1, 2, 5, 10, 20, 50), log=True) == [1, 2, 5, 10, 20, 50]
+    assert ax.get_xscale() == "log"

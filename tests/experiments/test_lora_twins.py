@@ -9,11 +9,14 @@ from gaugelab.experiments.lora_twins import (
     LORA_TWIN_OPTIMIZERS,
     TWIN_NAMES,
     LoraTwinSpec,
+    angle_line,
     collect,
+    notes,
     plan,
     quick_twin_spec,
     report,
     run_lora_twins,
+    tables,
 )
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora, lora_modules
@@ -212,3 +215,40 @@ def test_the_finetune_loop_logs_factor_diagnostics_only_when_given_a_factor_log(
     # the rate update 2 used: the peak times the schedule at t = 1 of 4 (no warm-up)
     lr = run.logged[2]["diag/blocks.1.attn.q_proj/seed=0/lr_A"]
     assert lr == pytest.approx(1e-2 * lr_factor(1, 4, 0), rel=1e-12)
+
+
+def test_the_summary_puts_the_noise_twins_angle_beside_the_gauge_twins(study):
+    result = study[1].result
+    table = tables(result)[0]
+    column = table.columns.index("noise angle (rad)")
+    assert table.columns[column - 2 : column] == ["noise step 1", "noise step 6"]
+    by = rows(study[1])
+    for cells in table.rows:
+        r = by[cells[0]]
+        assert cells[column] == r.at("noise/angle_max", 6)  # the same measurement, noise twin
+        assert 0 < cells[column] < 0.1  # a 1e-7 perturbation: a small but nonzero floor
+    for name in ("adam", "scalar-adam"):  # basis-sensitive: far above the floor
+        assert by[name].at("gauge/angle_max", 6) > 100 * by[name].at("noise/angle_max", 6)
+    compensated = by["sgd-compensated"]  # exact scalar twin: below the floor
+    assert compensated.at("scalar/angle_max", 6) < compensated.at("noise/angle_max", 6)
+    line = angle_line(result, compensated)
+    g, s, n = (compensated.at(f"{t}/angle_max", 6) for t in ("gauge", "scalar", "noise"))
+    assert line == (
+        f"sgd-compensated: largest principal angle between the updates at step 6: GL(r) twin "
+        f"{g:.2g} rad, scalar twin {s:.2g} rad, against the noise twin's {n:.2g} rad (the floor)"
+    )
+    assert line in notes(result)
+
+
+@pytest.mark.parametrize("field", ["lr", "warmup_lr", "scalar", "noise_scale"])
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0.0, -1.0])
+def test_rates_and_scales_must_be_finite_and_positive(field, value):
+    with pytest.raises(ValueError, match=rf"{field}=.*allowed: a finite number > 0"):
+        LoraTwinSpec(**{field: value})
+    assert LoraTwinSpec(lr=1e-30).learning_rate() == 1e-30  # tiny but finite and positive
+
+
+def test_a_rank_above_the_projections_is_accepted_with_a_note():
+    assert quick_twin_spec().rank_note() is None
+    note = quick_twin_spec(rank=40).rank_note()  # d_model 32 < 40 < d_mlp 64
+    assert note.startswith("note: r = 40 exceeds min(d_in, d_out) of 6 of 6 adapted")

@@ -89,6 +89,7 @@ def kernel(
     """
     from gaugelab.experiments._lora_spec import PretrainSpec
     from gaugelab.experiments.lora_kernel import (
+        OPTIMIZERS,
         KernelSpec,
         plan,
         quick_spec,
@@ -107,6 +108,10 @@ def kernel(
         if dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
         names = tuple(x.strip() for x in optimizers.split(",") if x.strip())
+        if not names or any(n not in OPTIMIZERS for n in names) or len(set(names)) < len(names):
+            raise ValueError(
+                f"--optimizers {optimizers!r}; allowed: distinct names of {', '.join(OPTIMIZERS)}"
+            )
         fields: dict = {"optimizers": names, "full": full, "rank": rank, "seed": seed}
         given = {"steps": steps, "probe_examples": probe_examples, "probes": probes,
                  "gd_lr": gd_lr, "adam_lr": adam_lr, "batch_size": batch_size}  # fmt: skip

@@ -139,7 +139,7 @@ def twins(
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
-    from gaugelab.experiments.lora_twins import run_lora_twins, tables
+    from gaugelab.experiments.lora_twins import angle_line, run_lora_twins, tables
 
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     p = spec.pretrain
@@ -153,11 +153,14 @@ def twins(
         executor=executor, max_workers=max_workers, threads=threads, address=address,
         report_dir=out, study_name=sweep.study,
     )  # fmt: skip
-    lines = []
+    note = spec.rank_note()
+    lines = [] if note is None else [Text(note)]
     for row in outcome.result.rows:
         for twin, (verdict, why) in row.verdicts.items():
             label = "GL(r) twin" if twin == "gauge" else f"scalar twin (c = {spec.scalar:g})"
             lines.append(Text.assemble((row.optimizer, "bold"), f", {label}: {verdict} — {why}"))
+        if (angles := angle_line(outcome.result, row)) is not None:
+            lines.append(Text(angles))
     print_outcome(console, outcome, tables(outcome.result)[:1], notes=lines, label_columns=1)
 
 

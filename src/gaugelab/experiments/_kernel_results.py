@@ -9,13 +9,16 @@ Source: seed 003 §0x09J (the diagnostics and what they do not prove), §0x09L.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from gaugelab.experiments._kernel_spec import KernelSpec
 from gaugelab.experiments._lora_results import _state
@@ -127,6 +130,37 @@ def tables(result: KernelResult) -> list[rep.Table]:
     return [diagnostics_table(run, result.spec) for run in result.runs if run.data is not None]
 
 
+def step_axis(ax: Axes, steps: list[int] | tuple[int, ...], *, log: bool = False) -> list[int]:
+    """A step axis that reads as plain integers: symlog with a linear part up to 1 (step 0
+    shown), or log (``log=True``, steps ≥ 1); major ticks at the given steps as integers,
+    thinned so that neighbours stay apart (the last step always labelled), no minor ticks.
+    Returns the labelled steps."""
+    marks = sorted({int(s) for s in steps if s >= (1 if log else 0)})
+    if log:
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("symlog", linthresh=1, linscale=1)
+
+    def where(step: int) -> float:  # the axis coordinate, up to an affine map
+        return math.log10(step) if log else (step if step <= 1 else 1 + math.log10(step))
+
+    ticks: list[int] = []
+    if marks:
+        gap = max(where(marks[-1]) - where(marks[0]), 1e-12) / 7
+        for step in marks:
+            if not ticks or where(step) - where(ticks[-1]) >= gap:
+                ticks.append(step)
+        if ticks[-1] != marks[-1]:  # the last step replaces the last tick too close to it
+            if len(ticks) > 1:
+                ticks[-1] = marks[-1]
+            else:
+                ticks.append(marks[-1])
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    return ticks
+
+
 def diagnostics_figure(result: KernelResult) -> Figure:
     """The four diagnostics against step: one row per optimizer, one panel per diagnostic,
     one line per path (error bars: the estimator's standard error)."""
@@ -147,28 +181,42 @@ def diagnostics_figure(result: KernelResult) -> Figure:
                             color=colors[path], label=path, marker="o", markersize=3,
                             linewidth=1.3, capsize=2)  # fmt: skip
             ax.set(title=f"{title} — {run.optimizer}", xlabel="step")
-            ax.set_xscale("symlog", linthresh=10)
+            step_axis(ax, result.spec.checkpoints)
             ax.grid(True, alpha=0.3)
     axes[0][0].legend(fontsize="small")
     return fig
 
 
+def _first(who: str, what: str, step: int | None, level: float, steps: int) -> str:
+    """``<who>'s <what> first exceeds <level> at step <step> of <steps>``, or that it never
+    did within ``steps``."""
+    if step is None:
+        return f"{who}'s {what} never exceeded {level} at a checkpoint within {steps} steps"
+    return f"{who}'s {what} first exceeds {level} at step {step} of {steps}"
+
+
 def notes(result: KernelResult) -> list[str]:
     """Per optimizer: the first checkpoint where the linearized model's prediction gap and the
     nonlinear path's R_lin pass 0.1 and 0.5, and the final D_K of every path."""
-    lines = []
+    note = result.spec.rank_note()
+    lines = [] if note is None else [note]
     for run in result.runs:
         if run.data is None:
             continue
         lin, nl = run.rows("linearized"), run.rows("nonlinear")
+        steps = result.spec.steps
         for level in (0.1, 0.5):
             gap = next((r["step"] for r in lin if (r["prediction_gap"] or 0) > level), None)
             rl = next((r["step"] for r in nl if r["r_lin"] > level), None)
-            lines.append(
-                f"{run.optimizer}: the linearized model's prediction gap first exceeds {level} "
-                f"at step {gap if gap is not None else '— (never)'}; the nonlinear path's "
-                f"R_lin at step {rl if rl is not None else '— (never)'}"
-            )
+            if gap is None and rl is None:
+                lines.append(
+                    f"{run.optimizer}: neither the linearized model's prediction gap nor the "
+                    f"nonlinear path's R_lin exceeded {level} at a checkpoint within {steps} steps"
+                )
+                continue
+            lin_gap = _first("the linearized model", "prediction gap", gap, level, steps)
+            nl_rlin = _first("the nonlinear path", "R_lin", rl, level, steps)
+            lines.append(f"{run.optimizer}: {lin_gap}; {nl_rlin}")
         last = {p: run.rows(p)[-1] for p in result.spec.paths() if run.rows(p)}
         lines.append(f"{run.optimizer}, final step: " + "; ".join(
             f"{p} D_K {_cell(r['d_k'], r['d_k_se'])}, A_K {_cell(r['a_k'], r['a_k_se'])}, "
@@ -198,8 +246,9 @@ def report(result: KernelResult, out_dir: str | os.PathLike[str]) -> Path:
     if any(r.data is not None for r in result.runs):
         figures.append(rep.save_figure(
             diagnostics_figure(result), folder, "kernel_diagnostics",
-            caption="R_lin, D_J, D_K and A_K against step (symlog) for every path, one row "
-            "per optimizer; error bars: jackknife standard error over the output probes.",
+            caption="R_lin, D_J, D_K and A_K against step (symlog, linear up to step 1) for "
+            "every path, one row per optimizer; error bars: jackknife standard error over the "
+            "output probes.",
         ))  # fmt: skip
     runs = [rep.RunSummary(result.pretrain.identity, result.pretrain.termination, "pretrain")]
     for run in result.runs:
@@ -219,4 +268,5 @@ def report(result: KernelResult, out_dir: str | os.PathLike[str]) -> Path:
 
 
 __all__ = ["LIMITS", "KernelResult", "OptimizerRun", "collect", "diagnostics_figure",
-           "diagnostics_table", "limits_table", "notes", "report", "tables"]  # fmt: skip
+           "diagnostics_table", "limits_table", "notes", "report", "step_axis",
+           "tables"]  # fmt: skip

@@ -20,6 +20,7 @@ Source: seed 003 §0x09J–0x09L; malladi2023kernel (the linearized comparison, 
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
@@ -38,6 +39,30 @@ LR: dict[str, float] = {"gd": 0.1, "adam": 2e-3}
 QUICK_KERNEL: dict[str, Any] = {"steps": 6, "batch_size": 4, "checkpoints": (0, 3, 6),
                                 "probe_examples": 4, "probes": 2, "val_batches": 1}  # fmt: skip
 """Overrides of the ``--quick`` look (seconds; for tests and docs)."""
+
+
+def rank_note(pretrain: PretrainSpec, targets: tuple[str, ...], rank: int) -> str | None:
+    """What a rank above some adapted projection's ``min(d_in, d_out)`` means, or None.
+
+    The LoRA layer accepts ``r > min(d_in, d_out)`` by design
+    (:class:`gaugelab.models.lora.LoRALinear`); the update ``s·B A`` of such a projection still
+    has rank at most ``min(d_in, d_out)``, so the rank beyond it adds factor parameters, not
+    update rank. Attention projections are ``d_model × d_model``, ``fc_in`` and ``fc_out``
+    ``d_model × d_mlp`` (the pretrain's widths).
+    """
+    smallest = {name: pretrain.d_model for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    smallest |= {"fc_in": min(pretrain.d_model, pretrain.d_mlp),
+                 "fc_out": min(pretrain.d_model, pretrain.d_mlp)}  # fmt: skip
+    over = [name for name in targets if rank > smallest[name]]
+    if not over:
+        return None
+    bounds = ", ".join(f"{name} {smallest[name]}" for name in over)
+    return (
+        f"note: r = {rank} exceeds min(d_in, d_out) of {len(over)} of {len(targets)} adapted "
+        f"projection(s) ({bounds}; d_model {pretrain.d_model}, d_mlp {pretrain.d_mlp}); the "
+        "LoRA layer accepts it by design, but each such update s·B A has rank at most "
+        "min(d_in, d_out): the excess rank adds factor parameters, not update rank"
+    )
 
 
 class KernelSpec(ExperimentSpec):
@@ -68,8 +93,10 @@ class KernelSpec(ExperimentSpec):
         ALL_TARGETS, description="Projections LoRA adapts in every block (module names)."
     )
     seed: int = Field(0, description="Seed of the LoRA factors and of the minibatch stream.")
-    gd_lr: float = Field(LR["gd"], gt=0, description="Learning rate of gd (every path).")
-    adam_lr: float = Field(LR["adam"], gt=0, description="Learning rate of adam (every path).")
+    gd_lr: float = Field(LR["gd"], description="Learning rate of gd (every path), finite > 0.")
+    adam_lr: float = Field(
+        LR["adam"], description="Learning rate of adam (every path), finite > 0."
+    )
     steps: int = Field(200, ge=1, description="Fine-tuning steps of every path.")
     batch_size: int = Field(8, ge=1, description="Windows per training minibatch.")
     checkpoints: tuple[int, ...] = Field(
@@ -93,6 +120,13 @@ class KernelSpec(ExperimentSpec):
             )
         return values
 
+    @field_validator("gd_lr", "adam_lr")
+    @classmethod
+    def _rate(cls, value: float, info: Any) -> float:
+        if not (math.isfinite(value) and value > 0):  # checked before any run trains
+            raise ValueError(f"{info.field_name}={value!r}; allowed: a finite number > 0")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> KernelSpec:
         marks = list(self.checkpoints)
@@ -112,6 +146,10 @@ class KernelSpec(ExperimentSpec):
                 f"{', '.join(ALL_TARGETS)}, each once, in that order"
             )
         return self
+
+    def rank_note(self) -> str | None:
+        """:func:`rank_note` of this spec (None when ``rank`` fits every adapted projection)."""
+        return rank_note(self.pretrain, self.targets, self.rank)
 
     def paths(self) -> list[str]:
         """The paths of every run: the three matched ones, then ``full`` if asked."""

@@ -18,12 +18,22 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from gaugelab.experiments._kernel_results import step_axis
 from gaugelab.experiments._lora_twins_spec import LORA_TWIN_OPTIMIZERS, TWIN_NAMES, LoraTwinSpec
 from gaugelab.experiments._study import RunState, completed_result, run_states, study_of_kind
 from gaugelab.study import report as rep
 from gaugelab.study.store import RunStore
 
-__all__ = ["LoraTwinRow", "LoraTwinsResult", "collect", "distance_figure", "report", "tables"]
+__all__ = [
+    "LoraTwinRow",
+    "LoraTwinsResult",
+    "angle_line",
+    "collect",
+    "distance_figure",
+    "notes",
+    "report",
+    "tables",
+]
 
 TWINS = TWIN_NAMES[1:]
 GAUGE_TWINS = ("gauge", "scalar")
@@ -102,8 +112,9 @@ def _last(result: LoraTwinsResult) -> int:
 
 
 def summary_table(result: LoraTwinsResult) -> rep.Table:
-    """Per optimizer: each gauge twin's verdict and its logit distance at step 1 and at the
-    end against the noise twin's, and the largest update angle at the end."""
+    """Per optimizer: each gauge twin's verdict, its logit distance at step 1 and at the end
+    and its largest update angle at the end, beside the noise twin's distances and angle (the
+    floor)."""
     T = _last(result)
     rows = []
     for r in result.rows:
@@ -119,6 +130,7 @@ def summary_table(result: LoraTwinsResult) -> rep.Table:
         cells += [
             r.at("noise/logit_distance", 1),
             r.at("noise/logit_distance", T),
+            r.at("noise/angle_max", T),
             r.at("identity/logit_distance", T),
         ]
         rows.append(cells)
@@ -137,6 +149,7 @@ def summary_table(result: LoraTwinsResult) -> rep.Table:
             "scalar angle (rad)",
             "noise step 1",
             f"noise step {T}",
+            "noise angle (rad)",
             f"identity step {T}",
         ],
         rows=rows,
@@ -144,7 +157,8 @@ def summary_table(result: LoraTwinsResult) -> rep.Table:
         "twins: GL(r) gauge (B G, G⁻¹ A), scalar (c B, A/c), identity, noise); verdicts from "
         "the shared triplet engine (basis-sensitive: ≥ 100× the noise twin at step 1; "
         "equivariant: ≤ 10× throughout). Angle: the largest principal angle between the "
-        "twin's and the base's update subspaces at the last step, over every module.",
+        "twin's and the base's update subspaces at the last step, over every module; the noise "
+        "twin's angle, the same measurement, is the floor to read the gauge twins' against.",
     )
 
 
@@ -189,20 +203,41 @@ def distance_figure(result: LoraTwinsResult) -> Figure:
             if keep:
                 ax.plot(*zip(*keep, strict=True), marker="o", label=twin, color=colors[twin])
         title = r.optimizer + (f"\n(exactly 0: {', '.join(exact)})" if exact else "")
-        ax.set(title=title, xlabel="twin step", yscale="log", xscale="log")
+        ax.set(title=title, xlabel="twin step", yscale="log")
+        step_axis(ax, result.spec.checkpoints, log=True)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("relative logit distance")
     axes[0].legend(fontsize="small")
     return fig
 
 
+def angle_line(result: LoraTwinsResult, row: LoraTwinRow) -> str | None:
+    """``<optimizer>: largest update angle at step T: GL(r) twin …, scalar twin … against the
+    noise twin's … rad (the floor)``, or None before the run completed."""
+    T = _last(result)
+    values = [row.at(f"{twin}/angle_max", T) for twin in (*GAUGE_TWINS, "noise")]
+    if any(v is None for v in values):
+        return None
+    gauge, scalar, noise = values
+    return (
+        f"{row.optimizer}: largest principal angle between the updates at step {T}: GL(r) twin "
+        f"{gauge:.2g} rad, scalar twin {scalar:.2g} rad, against the noise twin's {noise:.2g} "
+        "rad (the floor)"
+    )
+
+
 def notes(result: LoraTwinsResult) -> list[str]:
-    """One line per optimizer and gauge twin: the verdict and why."""
-    lines = []
+    """What the rank means when it exceeds a projection's ``min(d_in, d_out)``; one line per
+    optimizer and gauge twin: the verdict and why; per optimizer the update angles against the
+    noise twin's."""
+    note = result.spec.rank_note()
+    lines = [] if note is None else [note]
     for r in result.rows:
         for twin, (verdict, why) in r.verdicts.items():
             label = "GL(r) twin" if twin == "gauge" else "scalar twin"
             lines.append(f"{r.optimizer}, {label}: {verdict} — {why}")
+        if (angles := angle_line(result, r)) is not None:
+            lines.append(angles)
     return lines
 
 
@@ -240,6 +275,8 @@ def report(result: LoraTwinsResult, out_dir: str | os.PathLike[str]) -> Path:
                 "gauge": final(r, "gauge/logit_distance"),
                 "scalar": final(r, "scalar/logit_distance"),
                 "noise": final(r, "noise/logit_distance"),
+                "GL angle": final(r, "gauge/angle_max"),
+                "noise angle": final(r, "noise/angle_max"),
             },
         )
         for r in result.rows

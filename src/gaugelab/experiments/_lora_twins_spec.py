@@ -16,10 +16,12 @@ compensation ``(c² η_B, η_A / c²)``).
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gaugelab.experiments._kernel_spec import rank_note
 from gaugelab.experiments._lora_spec import (
     ALL_TARGETS,
     LORA_LR,
@@ -95,7 +97,7 @@ class LoraTwinSpec(ExperimentSpec):
         default_factory=PretrainSpec, description="The pretrain run the adapter starts from."
     )
     optimizer: str = Field("adam", description="The twin phase's optimizer (LORA_TWIN_OPTIMIZERS).")
-    lr: float | None = Field(None, gt=0, description="Its learning rate (default: DEFAULT_LR).")
+    lr: float | None = Field(None, description="Its learning rate (default: DEFAULT_LR).")
     damping: float | Literal["auto"] = Field(
         0.0, description="scaled-gd's damping: 0 (undamped, GL-equivariant) or 'auto'/λ ≥ 0."
     )
@@ -107,7 +109,7 @@ class LoraTwinSpec(ExperimentSpec):
     warmup_steps: int = Field(
         20, ge=1, description="AdamW steps before the twins are built (a nonzero B)."
     )
-    warmup_lr: float = Field(LORA_LR, gt=0, description="AdamW learning rate of the warm-up.")
+    warmup_lr: float = Field(LORA_LR, description="AdamW learning rate of the warm-up.")
     steps: int = Field(50, ge=1, description="Steps of the twin phase.")
     checkpoints: tuple[int, ...] = Field(
         (0, 1, 2, 5, 10, 20, 50), description="Twin-phase steps at which the twins are measured."
@@ -118,9 +120,9 @@ class LoraTwinSpec(ExperimentSpec):
     )
     data_seed: int = Field(0, description="Seed of the minibatch stream (warm-up, then twins).")
     gauge_seed: int = Field(0, description="Seed of the GL(r) elements (one per module).")
-    scalar: float = Field(2.0, gt=0, description="c of the scalar twin (cB, A/c); 2: exact.")
+    scalar: float = Field(2.0, description="c of the scalar twin (cB, A/c); 2: exact.")
     noise_seed: int = Field(0, description="Seed of the noise twin's perturbation.")
-    noise_scale: float = Field(1e-7, gt=0, description="Noise twin: A, B += scale · randn.")
+    noise_scale: float = Field(1e-7, description="Noise twin: A, B += scale · randn.")
 
     @field_validator("optimizer")
     @classmethod
@@ -128,6 +130,13 @@ class LoraTwinSpec(ExperimentSpec):
         if name not in LORA_TWIN_OPTIMIZERS:
             raise ValueError(f"optimizer={name!r}; allowed: {', '.join(LORA_TWIN_OPTIMIZERS)}")
         return name
+
+    @field_validator("lr", "warmup_lr", "scalar", "noise_scale")
+    @classmethod
+    def _finite(cls, value: float | None, info: Any) -> float | None:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{info.field_name}={value!r}; allowed: a finite number > 0")
+        return value
 
     @field_validator("damping")
     @classmethod
@@ -156,6 +165,11 @@ class LoraTwinSpec(ExperimentSpec):
     def learning_rate(self) -> float:
         """The twin phase's learning rate: ``lr``, or the optimizer's :data:`DEFAULT_LR`."""
         return float(self.lr) if self.lr is not None else DEFAULT_LR[self.optimizer]
+
+    def rank_note(self) -> str | None:
+        """What ``rank`` above an adapted projection's ``min(d_in, d_out)`` means (accepted, by
+        design of the LoRA layer), or None (:func:`gaugelab.experiments._kernel_spec.rank_note`)."""
+        return rank_note(self.pretrain, self.targets, self.rank)
 
     def alpha(self) -> float:
         """``lora_alpha = alpha_ratio · r``."""

@@ -30,8 +30,10 @@ from typing import Any
 from gaugelab.experiments._lora_twins_results import (
     LoraTwinRow,
     LoraTwinsResult,
+    angle_line,
     collect,
     distance_figure,
+    notes,
 )
 from gaugelab.experiments._lora_twins_results import report as _report
 from gaugelab.experiments._lora_twins_results import tables as _tables
@@ -55,8 +57,10 @@ __all__ = [
     "LoraTwinSpec",
     "LoraTwinsResult",
     "PretrainSpec",
+    "angle_line",
     "collect",
     "distance_figure",
+    "notes",
     "plan",
     "quick_twin_spec",
     "report",
