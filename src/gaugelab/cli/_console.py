@@ -189,7 +189,8 @@ def _elapsed(seconds: float) -> str:
 
 class LineProgress:
     """The same callbacks as :class:`RunBars`, printed as one line on stderr every
-    :data:`PROGRESS_INTERVAL` seconds (and a last one at the end, if any was printed):
+    :data:`PROGRESS_INTERVAL` seconds (and a last one at the end, if any was printed and the
+    last tick did not print the same line):
     ``<description>: 2/4 runs, adam 300/1500 steps, 00:41``. Without runs or steps (a single
     long computation) the line is ``<description>: 00:41``."""
 
@@ -202,6 +203,7 @@ class LineProgress:
         self._interval = PROGRESS_INTERVAL if interval is None else interval
         self._stopped = threading.Event()
         self._printed = False
+        self._last: str | None = None
         self._thread = threading.Thread(target=self._tick, daemon=True)
 
     def runs(self, done: int, total: int) -> None:
@@ -223,9 +225,12 @@ class LineProgress:
         parts.append(_elapsed(time.monotonic() - self._start))
         return f"{self.description}: {', '.join(parts)}"
 
-    def _print(self) -> None:
-        typer.echo(self.line(), err=True)
-        self._printed = True
+    def _print(self, *, unless_repeated: bool = False) -> None:
+        line = self.line()
+        if unless_repeated and line == self._last:
+            return  # the last tick already said it (same state, same second)
+        typer.echo(line, err=True)
+        self._printed, self._last = True, line
 
     def _tick(self) -> None:
         while not self._stopped.wait(self._interval):
@@ -239,7 +244,7 @@ class LineProgress:
         self._stopped.set()
         self._thread.join()
         if self._printed and kind is None:
-            self._print()
+            self._print(unless_repeated=True)
 
 
 @contextlib.contextmanager
