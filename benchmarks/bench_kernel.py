@@ -113,7 +113,7 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
     caveat = " (quick sizes: not comparable with the target)" if quick else ""
     full_n = "all N = 1,326" if n_full == 1326 else f"N = {n_full} of 1,326"
     dense_rows = [
-        f"D_K, N = {n_dense} of 1,326 (N·C = {out.size}, P = {P:,}; forward mode "
+        f"D_K, N = {n_dense} of 1,326 (N·C = {out.size:,}, P = {P:,}; forward mode "
         f"{out.forward_mode})",
         f"probes, Q = {PROBES}", times["ours"].cell(scale=1, digits=2),
         "dense J_0, J_t (jacrev) + J Jᵀ", times["peer"].cell(scale=1, digits=2),
@@ -122,7 +122,7 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
         f"{est.d_k.value:.4g} ± {est.d_k.stderr:.2g} / {exact:.4g}",
     ]  # fmt: skip
     full_row = [
-        f"D_K, {full_n} validation examples (N·C = {full_out.size}; dense J would be "
+        f"D_K, {full_n} validation examples (N·C = {full_out.size:,}; dense J would be "
         f"{full_out.size * P * 4 / 2**30:.2g} GiB)",
         f"probes, Q = {PROBES}", f"{seconds:.1f}", "— (does not fit)", "—", "—",
         f"{full_peak:.0f} / —", "—", f"peak ≤ 2048 MiB at N = 1,326{caveat}",
