@@ -124,7 +124,9 @@ def test_compact_reindexes_parameters_rates_and_state():
     torch.manual_seed(0)
     U = torch.randn(5, 3, 2, dtype=torch.float64)
     inner = make_optimizer("adam", [U], lr=1.0, member_dims=1)
-    opt = MemberLearningRates(inner, torch.tensor([1e-3, 2e-3, 3e-3, 4e-3, 5e-3]))
+    opt = MemberLearningRates(
+        inner, torch.tensor([1e-3, 2e-3, 3e-3, 4e-3, 5e-3], dtype=torch.float64)
+    )
     U.grad = torch.randn_like(U)
     opt.step()
     state = {k: v.clone() for k, v in inner.state[U].items()}
