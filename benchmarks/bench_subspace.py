@@ -32,7 +32,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
-from gaugelab.cli.bench import ratio_cell, time_calls
+from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
 from gaugelab.lowrank.subspaces import compare_updates
 
 TITLE = "Subspace similarity: factor-space principal angles vs forming B A + scipy"
@@ -77,19 +77,6 @@ def _peer(first, second, modules: int):
     return [_peer_module(first, second, i) for i in range(modules)]
 
 
-def _torch_peak_mib(fn) -> float:
-    """Peak live torch CPU allocations (MiB) during one call: the running sum of every recorded
-    op's own allocations and frees in start-time order (``torch.profiler``, as bench_lora)."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    with torch.profiler.profile(activities=activities, profile_memory=True) as prof:
-        fn()
-    live = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
-        live += event.self_cpu_memory_usage
-        peak = max(peak, live)
-    return peak / 2**20
-
-
 def _numpy_peak_mib(fn) -> float:
     tracemalloc.start()
     try:
@@ -126,7 +113,7 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
                    float(np.abs(column.double().numpy() - peer[i][1]).max()))  # fmt: skip
     scale = modules / peer_modules
     peer_all = type(times["peer"])(tuple(s * scale for s in times["peer"].samples))
-    mine = _torch_peak_mib(lambda: _ours(first, second))
+    mine, _ = peak_mib(lambda: _ours(first, second))
     if progress:
         progress.advance(task)
     theirs = _numpy_peak_mib(lambda: _peer_module(first, second, 0))
