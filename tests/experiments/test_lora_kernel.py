@@ -11,7 +11,6 @@ import safetensors.torch
 import torch
 from matplotlib.figure import Figure
 
-from gaugelab.experiments._kernel_results import step_axis
 from gaugelab.experiments._kernel_train import plain_attention
 from gaugelab.experiments._lora_data import base_model, load_corpus, pretrain_weights
 from gaugelab.experiments.lora_kernel import (
@@ -25,6 +24,7 @@ from gaugelab.experiments.lora_kernel import (
 )
 from gaugelab.lowrank.kernels import StackedOutputs, linearization_residual, linearized_outputs
 from gaugelab.models.lora import inject_lora
+from gaugelab.study.figures import step_axis
 from gaugelab.study.store import RunStore
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,21 +9,19 @@ Source: seed 003 §0x09J (the diagnostics and what they do not prove), §0x09L.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from gaugelab.experiments._kernel_spec import KernelSpec
 from gaugelab.experiments._lora_results import _state
 from gaugelab.experiments._study import RunState, completed_result, run_states, study_of_kind
 from gaugelab.study import report as rep
+from gaugelab.study.figures import step_axis
 from gaugelab.study.store import RunStore
 
 DIAGNOSTICS: tuple[tuple[str, str], ...] = (
@@ -128,37 +126,6 @@ def limits_table() -> rep.Table:
 def tables(result: KernelResult) -> list[rep.Table]:
     """One diagnostics table per optimizer."""
     return [diagnostics_table(run, result.spec) for run in result.runs if run.data is not None]
-
-
-def step_axis(ax: Axes, steps: list[int] | tuple[int, ...], *, log: bool = False) -> list[int]:
-    """A step axis that reads as plain integers: symlog with a linear part up to 1 (step 0
-    shown), or log (``log=True``, steps ≥ 1); major ticks at the given steps as integers,
-    thinned so that neighbours stay apart (the last step always labelled), no minor ticks.
-    Returns the labelled steps."""
-    marks = sorted({int(s) for s in steps if s >= (1 if log else 0)})
-    if log:
-        ax.set_xscale("log")
-    else:
-        ax.set_xscale("symlog", linthresh=1, linscale=1)
-
-    def where(step: int) -> float:  # the axis coordinate, up to an affine map
-        return math.log10(step) if log else (step if step <= 1 else 1 + math.log10(step))
-
-    ticks: list[int] = []
-    if marks:
-        gap = max(where(marks[-1]) - where(marks[0]), 1e-12) / 7
-        for step in marks:
-            if not ticks or where(step) - where(ticks[-1]) >= gap:
-                ticks.append(step)
-        if ticks[-1] != marks[-1]:  # the last step replaces the last tick too close to it
-            if len(ticks) > 1:
-                ticks[-1] = marks[-1]
-            else:
-                ticks.append(marks[-1])
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.0f}"))
-    ax.xaxis.set_minor_locator(NullLocator())
-    return ticks
 
 
 def diagnostics_figure(result: KernelResult) -> Figure:
@@ -268,5 +235,5 @@ def report(result: KernelResult, out_dir: str | os.PathLike[str]) -> Path:
 
 
 __all__ = ["LIMITS", "KernelResult", "OptimizerRun", "collect", "diagnostics_figure",
-           "diagnostics_table", "limits_table", "notes", "report", "step_axis",
+           "diagnostics_table", "limits_table", "notes", "report",
            "tables"]  # fmt: skip

@@ -300,3 +300,27 @@ def quick_spec(**overrides: Any) -> FinetuneSpec:
     pretrain = {**QUICK["pretrain"], **dict(overrides.pop("pretrain", {}))}
     fields = {k: v for k, v in QUICK.items() if k != "pretrain"}
     return FinetuneSpec(pretrain=PretrainSpec(**pretrain), **{**fields, **overrides})
+
+
+def rank_note(pretrain: PretrainSpec, targets: tuple[str, ...], rank: int) -> str | None:
+    """What a rank above some adapted projection's ``min(d_in, d_out)`` means, or None.
+
+    The LoRA layer accepts ``r > min(d_in, d_out)`` by design
+    (:class:`gaugelab.models.lora.LoRALinear`); the update ``s·B A`` of such a projection still
+    has rank at most ``min(d_in, d_out)``, so the rank beyond it adds factor parameters, not
+    update rank. Attention projections are ``d_model × d_model``, ``fc_in`` and ``fc_out``
+    ``d_model × d_mlp`` (the pretrain's widths).
+    """
+    smallest = {name: pretrain.d_model for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    smallest |= {"fc_in": min(pretrain.d_model, pretrain.d_mlp),
+                 "fc_out": min(pretrain.d_model, pretrain.d_mlp)}  # fmt: skip
+    over = [name for name in targets if rank > smallest[name]]
+    if not over:
+        return None
+    bounds = ", ".join(f"{name} {smallest[name]}" for name in over)
+    return (
+        f"note: r = {rank} exceeds min(d_in, d_out) of {len(over)} of {len(targets)} adapted "
+        f"projection(s) ({bounds}; d_model {pretrain.d_model}, d_mlp {pretrain.d_mlp}); the "
+        "LoRA layer accepts it by design, but each such update s·B A has rank at most "
+        "min(d_in, d_out): the excess rank adds factor parameters, not update rank"
+    )

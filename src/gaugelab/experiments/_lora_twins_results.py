@@ -18,10 +18,10 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gaugelab.experiments._kernel_results import step_axis
 from gaugelab.experiments._lora_twins_spec import LORA_TWIN_OPTIMIZERS, TWIN_NAMES, LoraTwinSpec
 from gaugelab.experiments._study import RunState, completed_result, run_states, study_of_kind
 from gaugelab.study import report as rep
+from gaugelab.study.figures import step_axis
 from gaugelab.study.store import RunStore
 
 __all__ = [

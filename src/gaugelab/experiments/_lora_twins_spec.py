@@ -21,12 +21,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gaugelab.experiments._kernel_spec import rank_note
 from gaugelab.experiments._lora_spec import (
     ALL_TARGETS,
     LORA_LR,
     QUICK,
     PretrainSpec,
+    rank_note,
     resolve_targets,
 )
 from gaugelab.study.spec import ExperimentSpec
@@ -168,7 +168,7 @@ class LoraTwinSpec(ExperimentSpec):
 
     def rank_note(self) -> str | None:
         """What ``rank`` above an adapted projection's ``min(d_in, d_out)`` means (accepted, by
-        design of the LoRA layer), or None (:func:`gaugelab.experiments._kernel_spec.rank_note`)."""
+        design of the LoRA layer), or None (:func:`gaugelab.experiments._lora_spec.rank_note`)."""
         return rank_note(self.pretrain, self.targets, self.rank)
 
     def alpha(self) -> float:

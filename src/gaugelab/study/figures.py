@@ -33,6 +33,7 @@ __all__ = [
     "plot_curves",
     "plot_scatter",
     "save_figure",
+    "step_axis",
 ]
 
 PNG_DPI = 150
@@ -279,3 +280,38 @@ def palette(labels: Sequence[str]) -> dict[str, str]:
         if label not in out:
             out[label] = shades[len(out) % len(shades)]
     return out
+
+
+def step_axis(ax: Any, steps: list[int] | tuple[int, ...], *, log: bool = False) -> list[int]:
+    """A step axis that reads as plain integers: symlog with a linear part up to 1 (step 0
+    shown), or log (``log=True``, steps ≥ 1); major ticks at the given steps as integers,
+    thinned so that neighbours stay apart (the last step always labelled), no minor ticks.
+    Returns the labelled steps."""
+    import math
+
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    marks = sorted({int(s) for s in steps if s >= (1 if log else 0)})
+    if log:
+        ax.set_xscale("log")
+    else:
+        ax.set_xscale("symlog", linthresh=1, linscale=1)
+
+    def where(step: int) -> float:  # the axis coordinate, up to an affine map
+        return math.log10(step) if log else (step if step <= 1 else 1 + math.log10(step))
+
+    ticks: list[int] = []
+    if marks:
+        gap = max(where(marks[-1]) - where(marks[0]), 1e-12) / 7
+        for step in marks:
+            if not ticks or where(step) - where(ticks[-1]) >= gap:
+                ticks.append(step)
+        if ticks[-1] != marks[-1]:  # the last step replaces the last tick too close to it
+            if len(ticks) > 1:
+                ticks[-1] = marks[-1]
+            else:
+                ticks.append(marks[-1])
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.0f}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    return ticks
