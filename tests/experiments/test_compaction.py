@@ -20,7 +20,7 @@ HYPER = {"adam-p": {"p": 0.5}}
 
 def _spec(dtype: str, **kw) -> ZooSpec:
     base = dict(
-        n=8, rank=2, seeds=(1, 2, 3), steps=150, check_every=10, rules=("gd",), convex=False,
+        n=8, rank=2, seeds=(1, 2, 3), steps=100, check_every=10, rules=("gd",), convex=False,
         dtype=dtype, interpolation_loss=1e-3,
     )  # fmt: skip
     return ZooSpec(**(base | kw))
