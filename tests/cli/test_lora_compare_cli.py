@@ -87,6 +87,22 @@ def test_compose_writes_a_loadable_adapter_and_prints_the_ledger(folders, tmp_pa
                  "--no-evaluate", "--no-report")  # fmt: skip
     assert svd.exit_code == 0, svd.output
     assert Adapter.load(tmp_path / "s").modules[module].r == 2
+    assert "Σ growth of rank A_cat" in result.output and "new row dims" not in result.output
+    assert "capped" not in svd.output
+    big = invoke("compose", a, b, "--method", "svd", "--rank", "100", "--out", tmp_path / "c",
+                 "--no-evaluate", "--no-report")  # fmt: skip
+    assert big.exit_code == 0, big.output
+    assert "--method svd --rank 100: capped at the concatenated rank Σ r_j in 2 of 2" in big.output
+    assert Adapter.load(tmp_path / "c").modules[module].r == 5
+
+
+def test_an_adapter_compared_with_itself_says_so(folders, tmp_path):
+    a, b = folders
+    same = invoke("compare", a, a, "--quick", "--no-report", "--store", tmp_path / "n.sqlite")
+    assert same.exit_code == 0, same.output
+    assert "are the same update" in " ".join(same.output.split())
+    other = invoke("compare", a, b, "--quick", "--no-report", "--store", tmp_path / "n.sqlite")
+    assert other.exit_code == 0 and "same update" not in other.output
 
 
 @pytest.mark.parametrize(
@@ -95,13 +111,30 @@ def test_compose_writes_a_loadable_adapter_and_prints_the_ledger(folders, tmp_pa
         (("compare", "{a}"), "give B or --against-full"),
         (("compare", "{a}", "{b}", "--policy", "spectral"), "--policy 'spectral'"),
         (("compose", "{a}", "{b}", "--weights", "1", "--out", "{tmp}/x"), "--weights has 1"),
-        (("compose", "{a}", "{b}", "--method", "svd", "--out", "{tmp}/y"), "needs rank"),
+        (
+            ("compose", "{a}", "{b}", "--method", "svd", "--out", "{tmp}/y"),
+            "--method svd needs --rank K (K >= 1)",
+        ),
+        (
+            ("compare", "{a}", "{b}", "--policy", "0"),
+            "--policy 0; allowed: numerical, algebraic, energy, configured, or an integer k >= 1",
+        ),
+        (("compare", "{a}", "{b}", "--policy", "-1"), "--policy -1; allowed: "),
+        (("compare", "{a}", "{b}", "--dense-rho", "0"), "--dense-rho 0; allowed: (0, 1]"),
+        (("compare", "{a}", "{b}", "--rho", "1.5"), "--rho 1.5; allowed: (0, 1]"),
+        (("compare", "{tmp}/nope", "{b}"), "no such adapter folder: {tmp}/nope"),
+        (("compose", "{a}", "{tmp}/nope", "--out", "{tmp}/x"), "no such adapter folder: "),
+        (
+            ("compare", "nope", "{b}", "--store", "{tmp}/s.sqlite"),
+            "'nope' is not an adapter folder, and there is no run store",
+        ),
     ],
 )
 def test_bad_options_are_one_line_errors(folders, tmp_path, args, message):
     a, b = folders
     filled = [x.format(a=a, b=b, tmp=tmp_path) for x in args]
     result = invoke(*filled)
-    assert result.exit_code != 0
-    assert message in result.output, result.output
+    assert result.exit_code == 2
+    assert message.format(tmp=tmp_path) in result.output, result.output
+    assert "Traceback" not in result.output
     assert not (tmp_path / "x").exists()

@@ -4,6 +4,7 @@ written once, and a composition of adapters trained on two disjoint target corpo
 in PEFT format whose losses match the composed adapter applied as LoRA layers; the
 ``target_corpus`` option leaves default identities unchanged."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from gaugelab.adapters import Adapter
+from gaugelab.adapters import Adapter, AdapterModule
 from gaugelab.experiments._compare_sources import open_store
 from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus, pretrain_weights
 from gaugelab.experiments._lora_ladder import mean_loss
@@ -150,3 +151,45 @@ def test_target_corpus_option_keeps_default_identities():
     assert other.identity() != quick_spec().identity()
     with pytest.raises(ValueError, match="block_size"):
         quick_spec(target_corpus=two_domain_spec(stdlib_source(HALVES[0]), block_size=32))
+
+
+def test_bad_sources_and_options_name_what_was_given(study, tmp_path):
+    with pytest.raises(ValueError, match=r"seed_b=7; allowed: 0, 1$"):
+        compare_lora("lora r=2", "lora r=2", store=study, study="main", seed_b=7)
+    with pytest.raises(ValueError, match=r"no candidate 'lora r=8' in study 'main'; allowed: "
+                                         r"'full', 'lora r=2'$"):  # fmt: skip
+        compare_lora("lora r=8", "full", store=study, study="main")
+    with pytest.raises(ValueError, match=r"against_full='lora r=2' is a lora fine-tuning update"):
+        compare_lora("lora r=2", "lora r=2", store=study, study="main", against_full=True)
+    assert compare_lora("lora r=2", "full", store=study, study="main", against_full=True).modules
+    with pytest.raises(ValueError, match=r"no such adapter folder: .*/missing$"):
+        compare_lora(tmp_path / "missing", "full", store=study, study="main")
+    with pytest.raises(ValueError, match=r"'zz' is no adapter folder, no candidate label"):
+        compare_lora("zz", "full", store=study, study="main")
+    with pytest.raises(ValueError, match=r"policy=0; allowed: .* integer k >= 1"):
+        compare_lora("lora r=2", "full", store=study, study="main", policy=0)
+    with pytest.raises(ValueError, match=r"dense_rho=0; allowed: \(0, 1\]"):
+        compare_lora("lora r=2", "full", store=study, study="main", dense_rho=0.0)
+
+
+def test_compose_checks_shapes_against_the_base_before_writing(study, tmp_path):
+    """An adapter whose module is wider than its base model's: one error naming the module and
+    both shapes, before anything is written (``out`` stays empty, a rerun is not refused)."""
+    found = _dense(study, "lora r=2", 0)
+    adapter = found.source.adapter
+    module = next(iter(adapter.modules))
+    part = adapter.modules[module]
+    d_out, d_in = part.B.shape[0], part.A.shape[1]
+    wide = torch.ones(part.A.shape[0], 2 * d_in, dtype=part.A.dtype)
+    modules = dict(adapter.modules)
+    modules[module] = AdapterModule(wide, part.B, dataclasses.replace(part.record, d_in=2 * d_in))
+    folder = Adapter(modules, adapter.config).save(tmp_path / "wide")
+    out = tmp_path / "out"
+    out.mkdir()
+    want = (f"module '{module}' is {d_out}×{2 * d_in} in the adapter but {d_out}×{d_in} in its "
+            "base model")  # fmt: skip
+    with pytest.raises(ValueError, match=want):
+        compose_lora([folder, folder], out, store=study)
+    assert not any(out.iterdir()) and not any(p.name.startswith(".") for p in tmp_path.iterdir())
+    composed = compose_lora(["lora r=2"], out, store=study, study="main", evaluate=False)
+    assert composed.out == out and Adapter.load(out).modules[module].r == 2

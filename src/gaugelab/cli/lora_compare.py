@@ -24,16 +24,23 @@ STORE = Path("gaugelab-runs") / "store.sqlite"
 _OPTIONS = {"seed_a": "--seed-a", "seed_b": "--seed-b", "study": "--study", "policy": "--policy",
             "rho": "--rho", "phi_max": "--phi-max", "null_samples": "--null-samples",
             "weights": "--weights", "method": "--method", "rank": "--rank", "seeds": "--seeds",
-            "out": "--out"}  # fmt: skip
+            "out": "--out", "dense_rho": "--dense-rho", "against_full": "--against-full",
+            "null_seed": "--null-seed"}  # fmt: skip
 
 
 def _policy(text: str) -> str | int:
     text = text.strip()
-    if text.isdigit():
-        return int(text)
-    allowed = ("numerical", "algebraic", "energy", "configured")
-    if text not in allowed:
-        raise ValueError(f"--policy {text!r}; allowed: {', '.join(allowed)} or an integer k")
+    allowed = "numerical, algebraic, energy, configured, or an integer k >= 1"
+    try:
+        k = int(text)
+    except ValueError:
+        k = None
+    if k is not None:
+        if k < 1:
+            raise ValueError(f"--policy {text}; allowed: {allowed}")
+        return k
+    if text not in ("numerical", "algebraic", "energy", "configured"):
+        raise ValueError(f"--policy {text!r}; allowed: {allowed}")
     return text
 
 
@@ -128,7 +135,7 @@ def compare(
                 a, other, store=store, seed_a=seed_a, seed_b=seed_b, study=study,
                 policy=chosen, rho=rho, dense_rho=dense_rho, phi_max=phi_max,
                 null_samples=null_samples, null_seed=null_seed, report_dir=out,
-                write_report=report,
+                write_report=report, against_full=against_full is not None,
             )  # fmt: skip
     except (ValueError, FileNotFoundError, FileExistsError, StoreError, ArtifactError) as exc:
         raise fail(str(exc).removeprefix("compare_lora: "), _OPTIONS) from None
@@ -215,6 +222,9 @@ def compose(
                 raise ValueError(f"--seeds has {len(per_seed)} values for {len(sources)} sources")
         if threads < 1:
             raise ValueError(f"--threads {threads}; allowed: an integer >= 1")
+        if method == "svd" and (rank is None or rank < 1):
+            given = "" if rank is None else f", got --rank {rank}"
+            raise ValueError(f"--method svd needs --rank K (K >= 1){given}")
         check_location("--out", out, folder=True)
         with pinned_threads(threads), working(console, f"composing {len(sources)} adapters"):
             result, path = run_lora_compose(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,7 @@ from gaugelab.lowrank.composition import (
 )
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
 
-__all__ = ["ComposeResult", "OutputInterference", "compose_lora"]
+__all__ = ["ComposeResult", "OutputInterference", "check_base_shapes", "compose_lora"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,12 @@ def compose_lora(
     Raises:
         ValueError: fewer sources than weights or seeds, a dense source, different bases, bad
             method/rank (see :func:`gaugelab.lowrank.composition.compose_adapters`).
+        ValueError: also a source module whose shape differs from its base model's (checked
+            before anything is written).
         FileExistsError: ``out`` holds an adapter already (checked before composing).
+
+    The adapter is written last (into a temporary sibling folder moved onto ``out``): an
+    error anywhere leaves ``out`` as it was.
 
     Source:
         seed 003 §0x05A–§0x05D, §0x05G.
@@ -139,27 +146,84 @@ def compose_lora(
                 f"{func}: {f.label} is a {f.source.method} fine-tuning update, not an adapter; "
                 "allowed: LoRA adapters (folders or LoRA runs)"
             )
+    check_base_shapes(found, func)
     adapters = [f.source.adapter for f in found]
     composed = compose_adapters(adapters, weights, method=method, rank=rank,  # type: ignore[arg-type]
                                 allow_different_bases=allow_different_bases)  # fmt: skip
-    folder = composed.save(out)
     labels = [f.label for f in found]
     if len(set(labels)) < len(labels):  # the same candidate twice (other seeds, studies)
         labels = [f"[{j}] {label}" for j, label in enumerate(labels)]
     ledger = sorted(composed.ledger, key=lambda m: order(m.module))
-    result = ComposeResult(labels, composed.weights, method, rank, folder, ledger)
+    result = ComposeResult(labels, composed.weights, method, rank, Path(out), ledger)
+    if method == "svd":
+        capped = [m for m in ledger if m.written_rank < rank]  # type: ignore[operator]
+        if capped:
+            kept = ", ".join(map(str, sorted({m.written_rank for m in capped})))
+            result.notes.append(
+                f"--method svd --rank {rank}: capped at the concatenated rank Σ r_j in "
+                f"{len(capped)} of {len(ledger)} modules (written rank {kept} there)"
+            )
     result.stages = _stages(found, composed.weights, labels)
     if not evaluate:
         result.notes.append("losses and sampled-output interference: not asked for")
-        return result
-    unknown = [f.label for f in found if f.source.pretrain is None]
-    bases = {f.source.pretrain.identity() for f in found if f.source.pretrain is not None}
-    if unknown or len(bases) != 1:
-        why = f"no base model and data for {', '.join(unknown)}" if unknown else "several bases"
-        result.notes.append(f"losses and sampled-output interference: not computed ({why})")
-        return result
-    _evaluate(result, found, composed, samples)
+    else:
+        unknown = [f.label for f in found if f.source.pretrain is None]
+        bases = {f.source.pretrain.identity() for f in found if f.source.pretrain is not None}
+        if unknown or len(bases) != 1:
+            why = f"no base model and data for {', '.join(unknown)}" if unknown else "several bases"
+            result.notes.append(f"losses and sampled-output interference: not computed ({why})")
+        else:
+            _evaluate(result, found, composed, samples)
+    result.out = _save(composed, Path(out))  # last: nothing is written when anything failed
     return result
+
+
+def check_base_shapes(found: list[Found], func: str) -> None:
+    """Every module of every source with a known base model exists there with the adapter's
+    ``(d_out, d_in)``.
+
+    Raises:
+        ValueError: one line naming the source, the module and both shapes.
+    """
+    models: dict[str, torch.nn.Module] = {}
+    for f in found:
+        pretrain = f.source.pretrain
+        if pretrain is None:
+            continue
+        key = pretrain.identity()
+        if key not in models:
+            models[key] = merged_model(f, {})
+        model = models[key]
+        for m, part in f.source.adapter.modules.items():  # type: ignore[union-attr]
+            shape = (part.B.shape[0], part.A.shape[1])
+            try:
+                weight = model.get_submodule(m).weight
+            except AttributeError:
+                raise ValueError(
+                    f"{func}: {f.label}: module {m!r} ({shape[0]}×{shape[1]}) is not a linear "
+                    f"module of its base model (pretrain run {key[:12]})"
+                ) from None
+            if tuple(weight.shape) != shape:
+                raise ValueError(
+                    f"{func}: {f.label}: module {m!r} is {shape[0]}×{shape[1]} in the adapter "
+                    f"but {weight.shape[0]}×{weight.shape[1]} in its base model (pretrain run "
+                    f"{key[:12]}); allowed: adapters of that base model"
+                )
+
+
+def _save(composed, out: Path) -> Path:
+    """Write ``composed`` into a temporary sibling of ``out``, then move it into place."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        composed.save(tmp)
+        if out.exists():
+            out.rmdir()  # empty (checked first); a file put there meanwhile is not replaced
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
 
 
 def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -> list[dict]:

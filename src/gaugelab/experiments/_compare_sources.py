@@ -103,26 +103,68 @@ def open_store(store: str | os.PathLike[str] | RunStore) -> Iterator[RunStore | 
         db.close()
 
 
-def find(name: str, db: RunStore | None, seed: int | None, study: str | None, func: str) -> Found:
+_PREFIX = re.compile(r"[0-9a-f]{4,64}")
+
+
+def _candidates(db: RunStore, study: str | None) -> list[str]:
+    """The candidate labels of ``study`` (default: every fine-tuning study of ``db``)."""
+    names: dict[str, None] = {}
+    for row in db.studies():
+        if row.kind == FinetuneSpec.kind and study in (None, row.name):
+            for run in db.runs(row.name):
+                spec = run.spec
+                names["full" if spec["full"] else f"lora r={spec['ranks'][0]}"] = None
+    return list(names)
+
+
+def find(
+    name: str,
+    db: RunStore | None,
+    seed: int | None,
+    study: str | None,
+    func: str,
+    *,
+    seed_name: str = "seed",
+) -> Found:
     """Resolve ``name``: an existing path (a PEFT folder), a candidate label (``full``,
     ``lora r=4``) of ``study`` (default: the newest that has it), or a run identity prefix.
 
     Raises:
-        ValueError: nothing matches; the run is not a completed fine-tuning run; ``seed``.
+        ValueError: nothing matches (a name with ``/`` that does not exist: "no such adapter
+            folder"; else what was looked for); the run is not a completed fine-tuning run;
+            ``seed`` (named ``seed_name``) is not one of the run's seeds.
     """
     path = Path(name)
     if path.exists():
         return Found(name, resolve_path(path, db), None)
+    if "/" in name or os.sep in name:
+        raise ValueError(f"{func}: no such adapter folder: {name}")
     if db is None:
         raise ValueError(
             f"{func}: {name!r} is not an adapter folder, and there is no run store to look it "
-            "up as a run"
+            "up as a candidate label or run identity"
         )
-    identity = candidate_run(db, name, study) if CANDIDATE.fullmatch(name) else name
+    if CANDIDATE.fullmatch(name):
+        try:
+            identity = candidate_run(db, name, study)
+        except ValueError as exc:
+            if "no candidate" not in str(exc):
+                raise ValueError(str(exc).replace("inspect_lora", func)) from None
+            where = f"study {study!r}" if study else f"the fine-tuning studies of {db.path}"
+            have = ", ".join(repr(c) for c in _candidates(db, study)) or "none"
+            raise ValueError(f"{func}: no candidate {name!r} in {where}; allowed: {have}") from None
+    elif _PREFIX.fullmatch(name):
+        identity = name
+    else:
+        raise ValueError(
+            f"{func}: {name!r} is no adapter folder, no candidate label (full, 'lora r=K') and "
+            "no run identity prefix (4 to 64 lowercase hex characters)"
+        )
     try:
         source = resolve_run(db, identity, seed)
     except ValueError as exc:
-        raise ValueError(str(exc).replace("inspect_lora", func)) from None
+        message = str(exc).replace("inspect_lora", func)
+        raise ValueError(message.replace("seed=", f"{seed_name}=")) from None
     spec = FinetuneSpec.model_validate(db.run(identity).spec)
     return Found(name, source, spec)
 

@@ -259,17 +259,21 @@ def compose_tables(result: ComposeResult) -> list[rep.Table]:
         n = len(result.sources)
         tables.append(rep.Table(
             title="Merge stage by stage (the running sum after each source)",
-            columns=["stage", "source", "Σ rank of stage", "Σ rank of total", "new row dims",
-                     "new column dims",
+            columns=["stage", "source", "Σ rank of stage", "Σ rank of total",
+                     "Σ growth of rank A_cat", "Σ growth of rank B_cat",
                      *([f"target {j}" for j in range(n)] + ["retention"] if measured else [])],
             rows=[[s["stage"], s["source"], s["rank_stage"], s["rank_total"], s["new_row"],
                    s["new_column"],
                    *([s[f"target[{j}]"] for j in range(n)] + [s["retention"]] if measured
                      else [])]
                   for s in result.stages],
-            caption="Sums over modules of numerical ranks (seed 003 §0x05G): a stage that "
-            "relearns earlier directions adds rank to neither span; the total can grow by "
-            "less than either (cancellation). Losses in nats/char; target j is source j's.",
+            caption="Sums over modules of numerical ranks (seed 003 §0x05G). Growth of rank "
+            "A_cat / B_cat: the dimensions the stage added to the span of the concatenated down "
+            "/ up factors at the factors' float tolerance — factor spans, not the update's: "
+            "it counts directions that are only nearly shared, so it can be > 0 where the "
+            "interference table's update-span overlap is ≈ 1; a stage adds 0 only where its "
+            "directions repeat earlier ones to within that tolerance. The total's rank can "
+            "grow by less (cancellation). Losses in nats/char; target j is source j's.",
         ))  # fmt: skip
     if result.losses:
         names = [f"target of {s}" for s in result.sources]

@@ -107,6 +107,12 @@ def _bases(update: object, policy: str | int, rho: float, dense_policy: str, den
     return update_bases(update, policy=policy, rho=rho, computed_in=dtype, matrix_id=module)
 
 
+def _identity(found) -> tuple[str, int | None]:
+    """Which update a source is: its folder (resolved) or run, and seed."""
+    s = found.source
+    return (str(Path(s.source).resolve()) if s.seed is None else s.source, s.seed)
+
+
 def _phi(Q_a: torch.Tensor, Q_b: torch.Tensor, r_a: int, r_b: int, cap: int) -> list:
     i, j = min(r_a, cap), min(r_b, cap)
     if not i or not j:
@@ -129,6 +135,7 @@ def compare_lora(
     phi_max: int = 64,
     null_samples: int = 0,
     null_seed: int = 0,
+    against_full: bool = False,
 ) -> CompareResult:
     """Compare two adapters (or an adapter and a full fine-tuning update) module by module.
 
@@ -148,13 +155,15 @@ def compare_lora(
         phi_max: the largest ``i`` and ``j`` of φ.
         null_samples: ``> 0``: also a Monte-Carlo Haar null of that many draws per module and
             side (seeded ``null_seed``).
+        against_full: ``b`` must be a full fine-tuning run (``--against-full``).
 
     Returns:
         :class:`CompareResult` (float64 throughout; modules both adapt, in block order).
 
     Raises:
         ValueError: a source that resolves to nothing, no shared module, a module of
-            different shapes, bad options.
+            different shapes, ``against_full`` and ``b`` not full fine-tuning, bad options
+            (an int ``policy`` < 1, ``rho`` or ``dense_rho`` outside ``(0, 1]``).
         ArtifactError: a stored file changed since it was written.
 
     Source:
@@ -165,14 +174,30 @@ def compare_lora(
         raise ValueError(f"{func}: phi_max={phi_max!r}; allowed: an int >= 1")
     if isinstance(null_samples, bool) or not isinstance(null_samples, int) or null_samples < 0:
         raise ValueError(f"{func}: null_samples={null_samples!r}; allowed: 0, or an int >= 2")
+    if not isinstance(policy, str) and (isinstance(policy, bool) or policy < 1):
+        raise ValueError(
+            f"{func}: policy={policy!r}; allowed: numerical, algebraic, energy, configured, or "
+            "an integer k >= 1"
+        )
+    for name, value in (("rho", rho), ("dense_rho", dense_rho)):
+        if not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ValueError(f"{func}: {name}={value:g}; allowed: (0, 1]")
     with open_store(store) as db:
-        fa = find(str(a), db, seed_a, study, func)
-        fb = find(str(b), db, seed_b, study, func)
+        fa = find(str(a), db, seed_a, study, func, seed_name="seed_a")
+        fb = find(str(b), db, seed_b, study, func, seed_name="seed_b")
+    if against_full and fb.source.method != "full":
+        raise ValueError(
+            f"{func}: against_full={b!r} is a {fb.source.method} fine-tuning update "
+            f"({fb.label}); allowed: a full fine-tuning run ('full' or its run identity)"
+        )
     ua, ub = fa.updates(), fb.updates()
     shared = [m for m in ua if m in ub]
     if not shared:
         raise ValueError(f"{func}: {fa.label} and {fb.label} adapt no common module")
     notes: list[str] = []
+    if _identity(fa) == _identity(fb):
+        notes.append(f"{fa.label} and {fb.label} are the same update: every angle is 0 up to "
+                     "round-off")  # fmt: skip
     only = sorted(set(ua) ^ set(ub))
     if only:
         notes.append(f"adapted by one side only, not compared: {', '.join(only)}")
