@@ -23,3 +23,23 @@ def comma_separated(text: str, option: str, kind: type = int) -> tuple:
 def names(text: str) -> tuple[str, ...]:
     """The comma-separated names of ``text``, stripped, empty ones left out."""
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def check_run_options(
+    executor: str, max_workers: int, threads: int, dtype: str | None = None
+) -> None:
+    """Validate the options every study command has: ``--executor``, ``--max-workers``,
+    ``--threads`` and (when the command has it) ``--dtype``.
+
+    Raises:
+        ValueError: a value outside what is allowed; the message names the option.
+    """
+    from gaugelab.cli._defaults import EXECUTORS
+
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
+    for option, value in (("--max-workers", max_workers), ("--threads", threads)):
+        if value < 1:
+            raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+    if dtype is not None and dtype not in ("float32", "float64"):
+        raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")

@@ -14,7 +14,7 @@ from typing import Annotated
 
 import typer
 
-from gaugelab.cli._options import comma_separated
+from gaugelab.cli._options import check_run_options, comma_separated
 
 __all__ = ["intrinsic_dim", "register"]
 
@@ -140,15 +140,10 @@ def intrinsic_dim(
         run_intrinsic_dim,
         tables,
     )
-    from gaugelab.study.sweep import EXECUTORS
 
     console = wide_console()
     try:
-        if executor not in EXECUTORS:
-            raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
-        for option, value in (("--max-workers", max_workers), ("--threads", threads)):
-            if value < 1:
-                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+        check_run_options(executor, max_workers, threads)
         fields: dict = dict(
             problem=problem,
             method=method,

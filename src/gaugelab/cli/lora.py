@@ -22,9 +22,9 @@ from gaugelab.cli._console import (
     wide_console,
     working,
 )
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS, FULL_LR, LORA_LR
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
-from gaugelab.cli._options import comma_separated
+from gaugelab.cli._options import check_run_options, comma_separated
 
 __all__ = ["finetune", "inspect", "lora_app", "register"]
 
@@ -118,16 +118,10 @@ def finetune(
 
     console = wide_console()
     try:
-        if executor not in EXECUTORS:
-            raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
-        for option, value in (("--max-workers", max_workers), ("--threads", threads)):
-            if value < 1:
-                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+        check_run_options(executor, max_workers, threads, dtype)
         for option, value in (("--steps", steps), ("--pretrain-steps", pretrain_steps)):
             if value is not None and value < 1:
                 raise ValueError(f"{option} {value}; allowed: an integer >= 1")
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
         chosen = resolve_targets(targets)
         fields = dict(ranks=comma_separated(ranks, "--ranks"), full=full, rslora=rslora,
                       targets=chosen, alpha_ratio=alpha_ratio,

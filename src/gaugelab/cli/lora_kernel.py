@@ -17,7 +17,7 @@ from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import comma_separated
+from gaugelab.cli._options import check_run_options, comma_separated
 
 __all__ = ["kernel", "register"]
 
@@ -96,17 +96,10 @@ def kernel(
         run_lora_kernel,
         tables,
     )
-    from gaugelab.study.sweep import EXECUTORS
 
     console = wide_console()
     try:
-        if executor not in EXECUTORS:
-            raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
-        for option, value in (("--max-workers", max_workers), ("--threads", threads)):
-            if value < 1:
-                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+        check_run_options(executor, max_workers, threads, dtype)
         names = tuple(x.strip() for x in optimizers.split(",") if x.strip())
         if not names or any(n not in OPTIMIZERS for n in names) or len(set(names)) < len(names):
             raise ValueError(

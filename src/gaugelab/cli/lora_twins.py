@@ -16,8 +16,9 @@ import typer
 from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
+from gaugelab.cli._options import check_run_options
 
 __all__ = ["LORA_TWIN_OPTIMIZERS", "register", "twins"]
 
@@ -104,13 +105,7 @@ def twins(
                 f"--optimizers {optimizers!r}; allowed: distinct names of "
                 f"{', '.join(LORA_TWIN_OPTIMIZERS)}"
             )
-        if executor not in EXECUTORS:
-            raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
-        for option, value in (("--max-workers", max_workers), ("--threads", threads)):
-            if value < 1:
-                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+        check_run_options(executor, max_workers, threads, dtype)
         from gaugelab.experiments.lora_twins import (
             LoraTwinSpec,
             PretrainSpec,

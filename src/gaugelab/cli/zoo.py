@@ -12,9 +12,9 @@ import typer
 from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import comma_separated, names
+from gaugelab.cli._options import check_run_options, comma_separated, names
 
 __all__ = ["dial", "register", "zoo"]
 
@@ -80,18 +80,6 @@ Address = Annotated[
     str | None,
     typer.Option(help="Ray cluster address (with --executor ray; default: a local Ray)."),
 ]
-
-
-def _executor(executor: str) -> str:
-    if executor not in EXECUTORS:
-        raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
-    return executor
-
-
-def _sizes(max_workers: int, threads: int) -> None:
-    for option, value in (("--max-workers", max_workers), ("--threads", threads)):
-        if value < 1:
-            raise ValueError(f"{option} {value}; allowed: an integer >= 1")
 
 
 def zoo(
@@ -178,8 +166,7 @@ def zoo(
                 f"--study/--out name one study; {len(specs)} --tail values make {len(specs)} "
                 "studies (each named from its spec, each with its own report folder)"
             )
-        _executor(executor)
-        _sizes(max_workers, threads)
+        check_run_options(executor, max_workers, threads)
     except ValueError as exc:
         raise fail(exc, ZOO_OPTIONS) from None
     for spec in specs:
@@ -256,8 +243,7 @@ def dial(
             dtype=dtype,
             **_budget(steps, seeds, quick, base),
         )
-        _executor(executor)
-        _sizes(max_workers, threads)
+        check_run_options(executor, max_workers, threads)
     except ValueError as exc:
         raise fail(exc, DIAL_OPTIONS) from None
     header = (
