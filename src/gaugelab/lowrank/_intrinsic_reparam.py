@@ -12,6 +12,7 @@ Source: seed 003 §0x02A (DID), §0x02E (SAID, its ledger and initialization blo
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -158,7 +159,7 @@ def _resolve(
     return proj
 
 
-class _Subspace(nn.Module):
+class _Subspace(nn.Module, abc.ABC):
     """Shared machinery: the wrapped module (unregistered), ``θ₀``, the layout, direct params."""
 
     def _setup(self, module, names, direct, where):
@@ -185,9 +186,9 @@ class _Subspace(nn.Module):
         """The wrapped module (unchanged; its own parameter values are ``θ₀``)."""
         return self._wrapped
 
+    @abc.abstractmethod
     def delta(self) -> torch.Tensor:
         """``[D]`` ``Δθ`` at the current coordinates (differentiable)."""
-        raise NotImplementedError
 
     def parameters_now(self) -> dict[str, torch.Tensor]:
         """Name → the value the module computes with: ``θ₀ + Δθ`` for the reparameterized

@@ -12,6 +12,7 @@ Source: seed 003 §0x02A (the reparameterization and the adjoint identity), §0x
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -83,7 +84,7 @@ class _Apply(torch.autograd.Function):
         return ctx.projection.adjoint(grad), None
 
 
-class Projection:
+class Projection(abc.ABC):
     """A fixed linear map ``P: ℝ^d → ℝ^D`` (``D = ambient_dim``, ``d = subspace_dim``).
 
     Subclasses implement :meth:`forward` and :meth:`adjoint`; both accept leading batch
@@ -120,13 +121,13 @@ class Projection:
                 f"{self.dtype} (the projection's dtype)"
             )
 
+    @abc.abstractmethod
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         """``P u``: ``[..., d]`` → ``[..., D]``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def adjoint(self, g: torch.Tensor) -> torch.Tensor:
         """``Pᵀ g``: ``[..., D]`` → ``[..., d]``."""
-        raise NotImplementedError
 
     def apply(self, u: torch.Tensor) -> torch.Tensor:
         """``P u``, differentiable in ``u``: the backward is :meth:`adjoint` (never autograd
@@ -142,8 +143,9 @@ class Projection:
         """Bytes of the tensors that define the map (what a checkpoint would hold)."""
         return sum(t.numel() * t.element_size() for t in self._state())
 
+    @abc.abstractmethod
     def _state(self) -> list[torch.Tensor]:
-        raise NotImplementedError
+        """The tensors that define the map."""
 
 
 def _generator(seed: Any, where: str) -> torch.Generator:
