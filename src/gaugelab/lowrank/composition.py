@@ -273,7 +273,9 @@ def static_merge_exists(
                                                                             strict=True))
          for x in X]
     )  # fmt: skip  # [N, m]
-    M = torch.linalg.lstsq(X, Y).solution.mT  # X Mᵀ ≈ Y, minimum norm: [m, n]
+    # X Mᵀ ≈ Y in minimum norm, by the SVD-based pseudo-inverse: the inputs are often rank
+    # deficient (e₁ and 2e₁), where lstsq's default driver depends on the LAPACK build
+    M = (torch.linalg.pinv(X) @ Y).mT  # [m, n]
     residual = float(torch.linalg.norm(Y - X @ M.mT))
     norm = float(torch.linalg.norm(Y))
     return StaticMergeCheck(residual <= atol + rtol * norm, M, residual, norm)

@@ -41,6 +41,7 @@ from gaugelab.study.figures import (
     plot_curves,
     plot_scatter,
     save_figure,
+    step_axis,
 )
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ __all__ = [
     "plot_scatter",
     "render_report",
     "save_figure",
+    "step_axis",
     "write_report",
 ]
 
