@@ -1,6 +1,32 @@
-"""Option values every command parses alike: comma-separated numbers and names."""
+"""What every study command shares: the run options' declarations (``--executor``,
+``--max-workers``, ``--address``, ``--threads``, ``--store``, ``--out``) and the parsing of
+comma-separated numbers and names."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
+Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default: in the store's).")]
+Workers = Annotated[
+    int,
+    typer.Option(
+        "--max-workers", "--workers", help="Runs at once, each in its own worker process."
+    ),
+]
+Threads = Annotated[
+    int, typer.Option(help="Torch threads per run process (1 is fastest for these small models).")
+]
+Executor = Annotated[
+    str, typer.Option(help="local (worker processes on this machine) or ray (needs gaugelab[ray]).")
+]
+Address = Annotated[
+    str | None,
+    typer.Option(help="Ray cluster address (with --executor ray; default: a local Ray)."),
+]
 
 
 def comma_separated(text: str, option: str, kind: type = int) -> tuple:

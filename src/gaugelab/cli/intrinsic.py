@@ -9,12 +9,21 @@ returns. Heavy imports (torch, the experiments) happen inside the command functi
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gaugelab.cli._options import check_run_options, comma_separated
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._options import (
+    Address,
+    Executor,
+    Out,
+    Store,
+    Threads,
+    Workers,
+    check_run_options,
+    comma_separated,
+)
 
 __all__ = ["intrinsic_dim", "register"]
 
@@ -106,14 +115,12 @@ def intrinsic_dim(
     ] = "median",
     quick: Annotated[bool, typer.Option(help="A tiny MLP, two d, two seeds: seconds.")] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
-    max_workers: Annotated[int, typer.Option(help="Runs at once.")] = 1,
-    address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
-    threads: Annotated[int, typer.Option(help="Torch threads per run.")] = 1,
-    store: Annotated[Path, typer.Option(help="Run store.")] = Path("gaugelab-runs/store.sqlite"),
-    out: Annotated[
-        Path | None, typer.Option(help="Report folder (default: in the store's).")
-    ] = None,
+    executor: Executor = "local",
+    max_workers: Workers = 1,
+    address: Address = None,
+    threads: Threads = 1,
+    store: Store = DEFAULT_STORE_PATH,
+    out: Out = None,
 ) -> None:
     """Estimate d90: the smallest tested d whose subspace-trained score reaches the threshold.
 

@@ -8,7 +8,6 @@ study or a run identity, and renders its tables.
 """
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,7 +23,16 @@ from gaugelab.cli._console import (
 )
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
-from gaugelab.cli._options import check_run_options, comma_separated
+from gaugelab.cli._options import (
+    Address,
+    Executor,
+    Out,
+    Store,
+    Threads,
+    Workers,
+    check_run_options,
+    comma_separated,
+)
 
 __all__ = ["finetune", "inspect", "lora_app", "register"]
 
@@ -76,14 +84,10 @@ def finetune(
         bool, typer.Option(help="A 2-layer, d_model 32 model and a few steps: seconds.")
     ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
-    max_workers: Annotated[int, typer.Option(help="Runs at once (after the pretrain).")] = 1,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (with --executor ray).")
-    ] = None,
-    threads: Annotated[
-        int, typer.Option(help="Torch threads per run (one is fastest for this small model).")
-    ] = 1,
+    executor: Executor = "local",
+    max_workers: Workers = 1,
+    address: Address = None,
+    threads: Threads = 1,
     diagnostics_every: Annotated[
         int | None,
         typer.Option(
@@ -92,10 +96,8 @@ def finetune(
             "(diag/… metrics in the store). Off by default."
         ),
     ] = None,
-    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
-    out: Annotated[
-        Path | None, typer.Option(help="Report folder (default: in the store's).")
-    ] = None,
+    store: Store = DEFAULT_STORE_PATH,
+    out: Out = None,
 ) -> None:
     """Pretrain a character Transformer on tiny-shakespeare, then fine-tune it on Python.
 
@@ -184,10 +186,8 @@ def inspect(
         typer.Option(help="Compute the evidence ladder (needs the base model and its data)."),
     ] = True,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
-    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
-    out: Annotated[
-        Path | None, typer.Option(help="Report folder (default: in the store's).")
-    ] = None,
+    store: Store = DEFAULT_STORE_PATH,
+    out: Out = None,
     report: Annotated[bool, typer.Option(help="Write the HTML report and figures.")] = True,
 ) -> None:
     """What an adapter's updates are: rank policies, spectrum, truncation, evidence ladder.

@@ -9,19 +9,27 @@ returns. Heavy imports (torch, the experiments) happen inside the command functi
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import check_run_options, comma_separated
+from gaugelab.cli._options import (
+    Address,
+    Executor,
+    Out,
+    Store,
+    Threads,
+    Workers,
+    check_run_options,
+    comma_separated,
+)
 
 __all__ = ["kernel", "register"]
 
-DEFAULT_STORE = Path("gaugelab-runs") / "store.sqlite"  # = gaugelab.study.store's default
 
 OPTIONS = {
     "optimizers": "--optimizers", "rank": "--rank", "steps": "--steps",
@@ -62,16 +70,12 @@ def kernel(
         bool, typer.Option(help="The quick pretrain (2 layers, d_model 32) and 6 steps: seconds.")
     ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
-    max_workers: Annotated[int, typer.Option(help="Runs at once (after the pretrain).")] = 1,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (with --executor ray).")
-    ] = None,
-    threads: Annotated[int, typer.Option(help="Torch threads per run.")] = 1,
-    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE,
-    out: Annotated[
-        Path | None, typer.Option(help="Report folder (default: in the store's).")
-    ] = None,
+    executor: Executor = "local",
+    max_workers: Workers = 1,
+    address: Address = None,
+    threads: Threads = 1,
+    store: Store = DEFAULT_STORE_PATH,
+    out: Out = None,
 ) -> None:
     """Is LoRA fine-tuning in the kernel regime? Three matched paths, measured.
 

@@ -9,7 +9,6 @@ experiments) happen inside the command function, so that ``gaugelab --help`` sta
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,7 +17,7 @@ from rich.text import Text
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import check_run_options
+from gaugelab.cli._options import Address, Executor, Out, Store, Threads, Workers, check_run_options
 
 __all__ = ["LORA_TWIN_OPTIMIZERS", "register", "twins"]
 
@@ -74,16 +73,12 @@ def twins(
         typer.Option(help="The quick pretrain (2 layers, d_model 32) and a few steps: seconds."),
     ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
-    max_workers: Annotated[int, typer.Option(help="Runs at once (after the pretrain).")] = 1,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (with --executor ray).")
-    ] = None,
-    threads: Annotated[int, typer.Option(help="Torch threads per run.")] = 1,
-    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
-    out: Annotated[
-        Path | None, typer.Option(help="Report folder (default: in the store's).")
-    ] = None,
+    executor: Executor = "local",
+    max_workers: Workers = 1,
+    address: Address = None,
+    threads: Threads = 1,
+    store: Store = DEFAULT_STORE_PATH,
+    out: Out = None,
 ) -> None:
     """Gauge twins of a LoRA adapter: does the optimizer see the adapter's factor basis?
 

@@ -5,7 +5,6 @@ or :func:`~gaugelab.experiments.run_dial`: run the study, collect, write the rep
 the tables it returns.
 """
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,7 +13,17 @@ from rich.text import Text
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import check_run_options, comma_separated, names
+from gaugelab.cli._options import (
+    Address,
+    Executor,
+    Out,
+    Store,
+    Threads,
+    Workers,
+    check_run_options,
+    comma_separated,
+    names,
+)
 
 __all__ = ["dial", "register", "zoo"]
 
@@ -62,24 +71,6 @@ def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
 
 Dtype = Annotated[str, typer.Option(help="float32 (the reference) or float64.")]
 Quick = Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")]
-Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
-Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default: in the store's).")]
-Workers = Annotated[
-    int,
-    typer.Option(
-        "--max-workers", "--workers", help="Runs at once, each in its own worker process."
-    ),
-]
-Threads = Annotated[
-    int, typer.Option(help="Torch threads per run process (1: small memory-bound products).")
-]
-Executor = Annotated[
-    str, typer.Option(help="local (worker processes on this machine) or ray (needs gaugelab[ray]).")
-]
-Address = Annotated[
-    str | None,
-    typer.Option(help="Ray cluster address (with --executor ray; default: a local Ray)."),
-]
 
 
 def zoo(
