@@ -154,9 +154,7 @@ def jacobian_drift(J_t: torch.Tensor, J_0: torch.Tensor, *, eps: float = EPS) ->
     Source: seed 003 §0x09J (fixture §0x09E: ``D_J² = 3/16``).
     """
     _same("jacobian_drift", J_t, J_0, ("J_t", "J_0"))
-    return float(torch.linalg.norm((J_t - J_0).double())) / max(
-        float(torch.linalg.norm(J_0.double())), eps
-    )
+    return _relative_change(J_t, J_0, eps)
 
 
 def kernel_drift(K_t: torch.Tensor, K_0: torch.Tensor, *, eps: float = EPS) -> float:
@@ -168,8 +166,13 @@ def kernel_drift(K_t: torch.Tensor, K_0: torch.Tensor, *, eps: float = EPS) -> f
     Source: seed 003 §0x09J (fixture §0x09E: ``D_K² = 7/128``).
     """
     _same("kernel_drift", K_t, K_0, ("K_t", "K_0"))
-    return float(torch.linalg.norm((K_t - K_0).double())) / max(
-        float(torch.linalg.norm(K_0.double())), eps
+    return _relative_change(K_t, K_0, eps)
+
+
+def _relative_change(now: torch.Tensor, then: torch.Tensor, eps: float) -> float:
+    """``‖now − then‖_F / max(‖then‖_F, ε)`` in float64."""
+    return float(torch.linalg.norm((now - then).double())) / max(
+        float(torch.linalg.norm(then.double())), eps
     )
 
 
