@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-__all__ = ["NonFiniteError"]
+__all__ = ["TERMINATION_CLASSES", "NonFiniteError"]
+
+TERMINATION_CLASSES: tuple[str, ...] = (
+    "completed",
+    "validation_stopped",
+    "numerical_failure",
+    "infrastructure_failure",
+    "admission_failure",
+    "cancelled",
+)
+"""How an attempt ends: the run store's termination classes (every attempt ends in exactly one)
+and the experimental design's attempt lineage (only ``infrastructure_failure`` is retried;
+``numerical_failure`` is an outcome). Source: seed 003 §0x0CI."""
 
 
 class NonFiniteError(FloatingPointError):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from gaugelab.errors import TERMINATION_CLASSES
+
 __all__ = [
     "APPEND_ONLY",
     "APPLICATION_ID",
@@ -25,14 +27,6 @@ SCHEMA_VERSION = 2
 MIGRATES_FROM = (1,)
 """Older schema versions a writable store is migrated from when opened (1: attempts without
 an owner or heartbeat)."""
-TERMINATION_CLASSES = (
-    "completed",
-    "validation_stopped",
-    "numerical_failure",
-    "infrastructure_failure",
-    "admission_failure",
-    "cancelled",
-)
 APPEND_ONLY = "gaugelab run store is append-only"
 
 TABLES = ("studies", "runs", "study_runs", "attempts", "metrics", "artifacts")
