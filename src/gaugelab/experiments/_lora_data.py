@@ -40,15 +40,22 @@ def load_corpus(spec: TwoDomainSpec, vocabulary: tuple[str, ...] | None = None) 
     return TwoDomainText(spec, vocabulary=vocabulary)
 
 
-def eval_batches(corpus: TwoDomainText, spec: PretrainSpec) -> Batches:
-    """The fixed validation batches: ``val_batches`` of each domain's validation split, drawn
-    from one generator seeded ``eval_seed`` (retention first), each ``(x, y)`` of
-    ``[val_batch_size, block_size]`` longs."""
+def eval_batches(
+    corpus: TwoDomainText,
+    spec: PretrainSpec,
+    *,
+    split: str = "val",
+    domains: tuple[str, ...] = DOMAINS,
+) -> Batches:
+    """The fixed evaluation batches: ``val_batches`` of each domain's ``split`` (default the
+    validation split), drawn from one generator seeded ``eval_seed`` (in the order of
+    ``domains``, retention first by default), each ``(x, y)`` of ``[val_batch_size,
+    block_size]`` longs."""
     gen = torch.Generator().manual_seed(spec.eval_seed)
     return {
-        d: [corpus.domain(d).get_batch("val", spec.val_batch_size, gen) for _ in
+        d: [corpus.domain(d).get_batch(split, spec.val_batch_size, gen) for _ in
             range(spec.val_batches)]
-        for d in DOMAINS
+        for d in domains
     }  # fmt: skip
 
 

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,7 @@ def train_members(
     loop: Loop,
     run: Any = None,
     diagnostics: Any = None,
+    after_update: Callable[[int], None] | None = None,
 ) -> Curves:
     """Train every member on minibatches of ``domain``'s training split, one stream each.
 
@@ -124,6 +126,8 @@ def train_members(
         diagnostics: a :class:`gaugelab.experiments._lora_diagnostics.FactorLog`: with
             a run, the LoRA factors' §0x08L records are logged after the updates it selects
             (``diag/<module><suffix>/…``); ``None`` (the default) logs none.
+        after_update: called with the number of updates applied after each update (steps
+            after a resume point only), e.g. to record states at declared checkpoints.
 
     Returns:
         The :class:`Curves` (steps 0, every ``eval_every``, and ``loop.steps``).
@@ -193,6 +197,8 @@ def train_members(
             lr_now = optimizer.param_groups[0]["lr"]
             run.log(t + 1, diagnostics.metrics(ensemble, optimizer, previous, t + 1,
                                                losses.detach(), lr_now))  # fmt: skip
+        if after_update is not None:
+            after_update(t + 1)
         if run is not None:
             run.progress(loop.label, t + 1, loop.steps)
     for group, lr in zip(optimizer.param_groups, peak, strict=True):
@@ -295,7 +301,23 @@ def train_pretrain(spec: PretrainSpec, run: Any = None) -> tuple[Transformer, Cu
     return trained, curves
 
 
-def train_finetune(spec: FinetuneSpec, run: Any) -> None:
+def finetune_members(spec: FinetuneSpec, base: Transformer) -> list[Transformer]:
+    """One copy of ``base`` per seed of the candidate, LoRA injected (its factors drawn from
+    that seed) unless the candidate is full fine-tuning."""
+    rank = spec.candidate[1]
+    members = []
+    for seed in spec.seeds:
+        member = copy.deepcopy(base)
+        if rank is not None:
+            inject_lora(member, list(spec.targets), rank, spec.alpha(rank), init=spec.init,
+                        use_rslora=spec.rslora, seed=seed)  # fmt: skip
+        members.append(member)
+    return members
+
+
+def train_finetune(
+    spec: FinetuneSpec, run: Any, after_update: Callable[[Ensemble, int], None] | None = None
+) -> None:
     """Fine-tune one candidate (``spec.candidate``) on the target domain from the pretrain
     run's verified weights, and record it.
 
@@ -303,6 +325,9 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
     PEFT-format adapter folder ``adapter-seed<S>/`` (kind ``adapter``; LoRA) or the dense
     deltas ``deltas-seed<S>.safetensors`` (kind ``deltas``: trained − pretrained, every
     parameter; full fine-tuning), and ``result.json`` (kind ``result``).
+
+    ``after_update(ensemble, step)`` (optional) is called after every update (the
+    learn–forget study records its declared checkpoints with it).
 
     Raises:
         AdmissionError: the pretrain run has not completed in the run's store.
@@ -319,13 +344,7 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
         base = base_model(spec.pretrain, weights, corpus.d_vocab)
         if spec.target_corpus is not None:  # another target, the pretrain vocabulary
             corpus = load_corpus(spec.target_corpus, vocabulary=corpus.chars)
-        members = []
-        for seed in spec.seeds:
-            member = copy.deepcopy(base)
-            if rank is not None:
-                inject_lora(member, list(spec.targets), rank, spec.alpha(rank), init=spec.init,
-                            use_rslora=spec.rslora, seed=seed)  # fmt: skip
-            members.append(member)
+        members = finetune_members(spec, base)
         ensemble = Ensemble(members, sdpa=True)  # member-native, fused attention
         trainable = [p for p in ensemble.parameters() if p.requires_grad]
         lr = spec.full_lr if rank is None else spec.lr
@@ -340,8 +359,10 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
                 members=dict(enumerate(suffixes)), every=spec.diagnostics_every,
                 tokens_per_step=spec.batch_size * spec.pretrain.corpus.block_size,
             )  # fmt: skip
+        hook = None if after_update is None else functools.partial(after_update, ensemble)
         curves = train_members(ensemble, opt, streams, corpus, "target", val,
-                               _loop(spec, suffixes, label), run, diagnostics=log)  # fmt: skip
+                               _loop(spec, suffixes, label), run, diagnostics=log,
+                               after_update=hook)  # fmt: skip
         trained = [ensemble.member(e) for e in range(len(spec.seeds))]
     files = {}
     for seed, model, original in zip(spec.seeds, trained, members, strict=True):
@@ -371,5 +392,5 @@ def train_finetune(spec: FinetuneSpec, run: Any) -> None:
     _write_json(run, "result.json", result, "result")
 
 
-__all__ = ["Curves", "Loop", "lr_factor", "member_losses", "train_finetune", "train_members",
-           "train_pretrain"]  # fmt: skip
+__all__ = ["Curves", "Loop", "finetune_members", "lr_factor", "member_losses", "train_finetune",
+           "train_members", "train_pretrain"]  # fmt: skip
