@@ -479,3 +479,37 @@ def test_lowrank_selection_does_not_import_the_harness():
                 assert not any(
                     n.startswith(("gaugelab.study", "gaugelab.experiments")) for n in names
                 ), (path.name, names)
+
+
+def test_the_selection_trace_freezes_lora_r2_then_opens_the_sealed_test_once(tmp_path):
+    from gaugelab.study.sealed import SealedTestError, SealedTestStore
+
+    def run_trace(policy: GatePolicy, study: str):
+        seal = SealedTestStore(
+            tmp_path / "store.sqlite",
+            study=study,
+            design_digest=policy.digest(),
+            test_splits=("target-test@v1",),
+            loader=lambda: {"lora_r2": {"target": 73.0, "retention": 85.0, "stress": 88.0}},
+        )
+        points = selection_points(RECORDS, policy)
+        out = feasible_selection(points, policy.constraints(), policy.tie_break())
+        if out.chosen is None:
+            seal.record_no_release(out.reason)
+            return seal, None
+        chosen = RECORDS[out.chosen]
+        seal.freeze(chosen.candidate_id, chosen.checkpoint_id, chosen.manifest_digest)
+        assert not seal.was_opened()
+        return seal, seal.open_once()[chosen.candidate_id]
+
+    seal, report = run_trace(POLICY, "oracle")
+    assert report == {"target": 73.0, "retention": 85.0, "stress": 88.0}  # §0x0BT
+    assert seal.status().frozen.candidate_id == "lora_r2"
+    strict = dataclasses.replace(POLICY, floors={**POLICY.floors, "retention": (95.0, None)})
+    empty, none = run_trace(strict, "oracle-strict")
+    assert none is None
+    assert empty.status().no_release == "no release: the feasible set is empty"
+    with pytest.raises(SealedTestError, match="no release was recorded"):
+        empty.open_once()
+    seal.close()
+    empty.close()
