@@ -189,9 +189,21 @@ REFUSED = {
     "test-open": (lambda d: {"test_access": "open"}, "test_access='open'; allowed: closed"),
     "retry-any": (lambda d: {"retry_policy": "any"}, "retry_policy='any'"),
     "missing-policy": (lambda d: {"missing_cell_policy": "impute"}, "missing_cell_policy="),
-    "gate-undeclared": (lambda d: {"gates": {"loss": (None, 1.0)}}, "gates.*not a declared"),
+    "gate-undeclared": (
+        lambda d: {"gates": {"target_gain": (0.0, None)}},
+        r"gates\['target_gain'\]: not a declared metric; declared: cost, retention, stress, target",
+    ),
     "gate-lo-above-hi": (lambda d: {"gates": {"target": (2.0, 1.0)}}, "lo ≤ hi"),
     "tie-break-direction": (lambda d: {"tie_break": (("cost", "max"),)}, "declared direction"),
+    "tie-break-undeclared": (
+        lambda d: {"tie_break": (("latency", "min"),)},
+        r"tie_break entry \('latency', 'min'\).*declared: cost, retention",
+    ),
+    "tie-break-rank-max": (lambda d: {"tie_break": (("configured_rank", "max"),)}, "tie_break"),
+    "tie-break-repeated": (
+        lambda d: {"tie_break": (("cost", "min"), ("cost", "min"))},
+        "repeats a metric",
+    ),
     "empty-non-claims": (lambda d: {"non_claims": ()}, "non_claims="),
 }
 

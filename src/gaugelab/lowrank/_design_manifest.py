@@ -19,7 +19,13 @@ from ._design_units import (
     sha256_hex,
 )
 
-__all__ = ["DESIGN_SCHEMA", "MISSING_CELL_POLICIES", "DesignManifest", "Direction"]
+__all__ = [
+    "CONFIGURED_RANK",
+    "DESIGN_SCHEMA",
+    "MISSING_CELL_POLICIES",
+    "DesignManifest",
+    "Direction",
+]
 
 DESIGN_SCHEMA = "gaugelab.lowrank.design/1"
 """Schema tag inside every digest: a schema change is a new digest."""
@@ -29,6 +35,8 @@ MISSING_CELL_POLICIES: tuple[str, ...] = ("keep-incomplete", "fail-closed")
 ``fail-closed``: any missing cell blocks selection."""
 
 _DIRECTIONS = ("max", "min")
+CONFIGURED_RANK = "configured_rank"
+"""The tie-break key of the candidate coordinate ``configured_rank_or_inf`` (not a metric)."""
 Direction = Literal["max", "min"]
 
 
@@ -102,7 +110,8 @@ class DesignManifest:
             direction, patience, minimum delta, warmup and maximum step as one string).
         gates: metric → ``(lo, hi)`` inclusive bounds (either ``None``), the product gates.
         tie_break: ``((metric, direction), …)`` after the gates, each direction the metric's
-            own; then ``configured_rank_or_inf`` ascending, then ``candidate_id``.
+            own, or ``("configured_rank", "min")`` (the candidate's ``configured_rank_or_inf``
+            ascending, §0x0BU); any tie left is broken by ``candidate_id``.
         tuning_budget: the tuning budget allotted to every candidate.
         uncertainty: the uncertainty procedure and its sampling level.
         revisions: split, contamination, code and other revisions (name → identity).
@@ -208,7 +217,10 @@ class DesignManifest:
         gates = {}
         for k, bounds in sorted(self.gates.items()):
             if k not in self.metrics:
-                raise ValueError(f"DesignManifest: gates[{k!r}]: not a declared metric")
+                raise ValueError(
+                    f"DesignManifest: gates[{k!r}]: not a declared metric; declared: "
+                    + ", ".join(self.metrics)
+                )
             if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
                 raise ValueError(f"DesignManifest: gates[{k!r}]={bounds!r}; allowed: (lo, hi)")
             lo, hi = _bound(k, bounds[0]), _bound(k, bounds[1])
@@ -220,10 +232,13 @@ class DesignManifest:
         put(self, "gates", MappingProxyType(gates))
         order = tuple(tuple(t) for t in self.tie_break)
         for entry in order:
+            if entry == (CONFIGURED_RANK, "min"):
+                continue
             if len(entry) != 2 or entry[0] not in self.metrics:
                 raise ValueError(
-                    f"DesignManifest: tie_break entry {entry!r}; allowed: "
-                    "(declared metric, its direction)"
+                    f"DesignManifest: tie_break entry {entry!r}; allowed: (declared metric, its "
+                    f"direction) or ('{CONFIGURED_RANK}', 'min'); declared: "
+                    + ", ".join(self.metrics)
                 )
             if entry[1] != self.metrics[entry[0]]:
                 raise ValueError(

@@ -50,7 +50,12 @@ from ._design_contrast import (
     paired_contrast,
 )
 from ._design_failures import ALARM_FAMILIES, ALARM_FAMILY_TABLE, AlarmFamily, FailureRecord
-from ._design_manifest import DESIGN_SCHEMA, MISSING_CELL_POLICIES, DesignManifest
+from ._design_manifest import (
+    CONFIGURED_RANK,
+    DESIGN_SCHEMA,
+    MISSING_CELL_POLICIES,
+    DesignManifest,
+)
 from ._design_units import (
     METHODS,
     BaselineRecord,
@@ -64,6 +69,7 @@ __all__ = [
     "ALARM_FAMILIES",
     "ALARM_FAMILY_TABLE",
     "COMPLETE_TERMINATIONS",
+    "CONFIGURED_RANK",
     "DESIGN_SCHEMA",
     "FAILURE_CATALOG",
     "METHODS",
@@ -170,5 +176,5 @@ def teaching_design() -> DesignManifest:
         checkpoint_steps=(100, 200, 400),
         metrics={"target": "max", "retention": "max", "stress": "max", "cost": "min"},
         gates={"target": (72.0, None), "retention": (84.0, None), "stress": (88.0, None)},
-        tie_break=(("cost", "min"),),
+        tie_break=(("cost", "min"), (CONFIGURED_RANK, "min")),
     )
