@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from gaugelab.cli import bench, check, intrinsic, lora, optimizers, runs, twins, zoo
+from gaugelab.cli import bench, check, intrinsic, learn_forget, lora, optimizers, runs, twins, zoo
 from gaugelab.cli._errors import guarded
 
 app = typer.Typer(
@@ -21,7 +21,8 @@ app = typer.Typer(
         "attention-head twin protocol). Also: the optimizer zoo and its certificates "
         "(`optimizers`, `check`), the matrix-sensing zoo and the Adam-p dial (`zoo`, `dial`), "
         "LoRA adapters: fine-tuning, inspection, comparison and composition, gauge twins and "
-        "kernel diagnostics (`lora`), the intrinsic dimension (`intrinsic-dim`), the run "
+        "kernel diagnostics (`lora`), the intrinsic dimension (`intrinsic-dim`), the "
+        "learning–forgetting rank study with a sealed test set (`learn-forget`), the run "
         "store (`runs`, `report`) and benchmarks (`bench`)."
     ),
     no_args_is_help=True,
@@ -69,6 +70,7 @@ lora.register(app)
 runs.register(app)
 zoo.register(app)
 intrinsic.register(app)
+learn_forget.register(app)
 _guard_every_command(app)
 
 

@@ -87,10 +87,15 @@ def read_state(artifact: ArtifactRow) -> dict[str, torch.Tensor]:
 
 def read_cells(store: RunStore, study: str, spec: LearnForgetSpec) -> list[Cell]:
     """Every cell of ``study`` in declaration order (block, then candidate)."""
-    order = {(b, c): i for i, (b, c) in enumerate(
-        (b, c) for b in spec.blocks() for c in spec.candidate_ids())}  # fmt: skip
+    order = {
+        (b, c): i
+        for i, (b, c) in enumerate((b, c) for b in spec.blocks() for c in spec.candidate_ids())
+    }
     cells = []
+    kinds = {r.identity: r.kind for r in store.runs(study)}
     for run in run_states(store, study):
+        if kinds.get(run.identity) != LearnForgetSpec.kind:  # e.g. the sealed test's run
+            continue
         run_spec = LearnForgetSpec.model_validate(run.spec)
         methods = dict(zip(run_spec.candidate_ids(), run_spec.methods(), strict=True))
         method, rank = methods[run_spec.candidate]

@@ -28,8 +28,15 @@ from gaugelab.lowrank.subspaces import compare_updates
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.models.lora import lora_modules
 
-__all__ = ["energy_ranks", "evaluate", "full_deltas", "lora_deltas", "module_path",
-           "relative_tail", "update_overlap"]  # fmt: skip
+__all__ = [
+    "energy_ranks",
+    "evaluate",
+    "full_deltas",
+    "lora_deltas",
+    "module_path",
+    "relative_tail",
+    "update_overlap",
+]
 
 RHO = 0.9
 """The source's energy fraction for the full-update rank (biderman2024lora, §0x0BE)."""
@@ -75,8 +82,12 @@ def lora_deltas(
     per_member = []
     for e in range(ensemble.n_members):
         layers = lora_modules(ensemble.member(e))
-        per_member.append({n: (layer.lora_B.double() @ layer.lora_A.double()) * layer.scale
-                           for n, layer in layers.items()})  # fmt: skip
+        per_member.append(
+            {
+                n: (layer.lora_B.double() @ layer.lora_A.double()) * layer.scale
+                for n, layer in layers.items()
+            }
+        )
     return {n: torch.stack([m[n] for m in per_member]).detach() for n in per_member[0]}
 
 

@@ -37,12 +37,23 @@ __all__ = [
 ]
 
 STRESS_FILES: tuple[str, ...] = (
-    "email/_header_value_parser.py", "email/_parseaddr.py", "email/_policybase.py",
-    "email/base64mime.py", "email/charset.py", "email/contentmanager.py", "email/encoders.py",
-    "email/feedparser.py", "email/generator.py", "email/header.py", "email/headerregistry.py",
-    "email/message.py", "email/parser.py", "email/policy.py", "email/quoprimime.py",
+    "email/_header_value_parser.py",
+    "email/_parseaddr.py",
+    "email/_policybase.py",
+    "email/base64mime.py",
+    "email/charset.py",
+    "email/contentmanager.py",
+    "email/encoders.py",
+    "email/feedparser.py",
+    "email/generator.py",
+    "email/header.py",
+    "email/headerregistry.py",
+    "email/message.py",
+    "email/parser.py",
+    "email/policy.py",
+    "email/quoprimime.py",
     "email/utils.py",
-)  # fmt: skip
+)
 """The stress domain: the ``email`` package of the standard library (16 modules, sorted; in
 every CPython from 3.11 on), held out of the target domain
 :data:`gaugelab.tasks.sources.STDLIB_FILES`: Python source the candidates never train on."""
@@ -58,20 +69,24 @@ def candidate_id(method: str, rank: int | None) -> str:
 
 
 def default_finetune() -> FinetuneSpec:
-    """The study's fine-tuning protocol: :class:`FinetuneSpec` with ranks 1, 2, 4, 8, 16, seeds
-    0 and 1 (paired: every candidate trains both), 500 steps, evaluated every 125."""
-    return FinetuneSpec(ranks=(1, 2, 4, 8, 16), seeds=(0, 1), steps=500, eval_every=125,
-                        checkpoint_every=125, warmup=25)  # fmt: skip
+    """The study's fine-tuning protocol: :class:`FinetuneSpec` (the LoRA protocol: 800 steps,
+    AdamW, α = 2r) with ranks 1, 2, 4, 8, 16 and seeds 0 and 1 (paired: every candidate
+    trains both)."""
+    return FinetuneSpec(ranks=(1, 2, 4, 8, 16), seeds=(0, 1))
 
 
 def default_stress(pretrain: PretrainSpec | None = None) -> TwoDomainSpec:
     """The stress corpus: the pretrain corpus with :data:`STRESS_FILES` as its target."""
     base = (pretrain or PretrainSpec()).corpus
     return two_domain_spec(
-        stdlib_source(STRESS_FILES), retention=base.retention, val_fraction=base.val_fraction,
-        test_fraction=base.test_fraction, n_chunks=base.n_chunks, seed=base.seed,
+        stdlib_source(STRESS_FILES),
+        retention=base.retention,
+        val_fraction=base.val_fraction,
+        test_fraction=base.test_fraction,
+        n_chunks=base.n_chunks,
+        seed=base.seed,
         block_size=base.block_size,
-    )  # fmt: skip
+    )
 
 
 class LearnForgetSpec(ExperimentSpec):
@@ -141,6 +156,12 @@ class LearnForgetSpec(ExperimentSpec):
                 f"LearnForgetSpec: checkpoints={list(steps)} pass finetune.steps={ft.steps}; "
                 "allowed: steps in 1..finetune.steps"
             )
+        unevaluated = [s for s in steps if s % ft.eval_every and s != ft.steps]
+        if unevaluated:
+            raise ValueError(
+                f"LearnForgetSpec: checkpoints {unevaluated} are not validation steps; allowed: "
+                f"multiples of finetune.eval_every={ft.eval_every}, or finetune.steps"
+            )
         if self.block not in BLOCKS:
             raise ValueError(f"LearnForgetSpec: block={self.block!r}; allowed: a, b")
         if self.block == "b" and self.second_target is None:
@@ -154,8 +175,7 @@ class LearnForgetSpec(ExperimentSpec):
         for name, other in (("stress", self.stress), ("second_target", self.second_target)):
             if other is None:
                 continue
-            fixed = ("retention", "val_fraction", "test_fraction", "n_chunks", "seed",
-                     "block_size")  # fmt: skip
+            fixed = ("retention", "val_fraction", "test_fraction", "n_chunks", "seed", "block_size")
             differ = [k for k in fixed if getattr(other, k) != getattr(base, k)]
             if differ:
                 raise ValueError(
@@ -206,8 +226,9 @@ class LearnForgetSpec(ExperimentSpec):
             raise ValueError("LearnForgetSpec: a study spec has no run candidate (plan(spec))")
         method, rank = dict(zip(self.candidate_ids(), self.methods(), strict=True))[self.candidate]
         data = self.finetune.spec_dict()
-        data.update(full=method == "full", ranks=[] if rank is None else [rank],
-                    rslora=method == "rslora")  # fmt: skip
+        data.update(
+            full=method == "full", ranks=[] if rank is None else [rank], rslora=method == "rslora"
+        )
         if self.block == "b":
             data["target_corpus"] = self.second_target.model_dump(mode="json")
         return FinetuneSpec.model_validate(data)
@@ -235,7 +256,11 @@ def quick_spec(**overrides: Any) -> LearnForgetSpec:
     and 4, rsLoRA at 4, seeds 0 and 1, checkpoints at steps 10 and 20."""
     ft = {**{k: v for k, v in QUICK.items() if k != "pretrain"}, "ranks": (1, 4), "seeds": (0, 1)}
     finetune = FinetuneSpec(pretrain=PretrainSpec(**QUICK["pretrain"]), **ft)
-    fields: dict[str, Any] = {"finetune": finetune, "rslora_rank": 4, "checkpoints": (10, 20),
-                              "stress": default_stress(finetune.pretrain)}  # fmt: skip
+    fields: dict[str, Any] = {
+        "finetune": finetune,
+        "rslora_rank": 4,
+        "checkpoints": (10, 20),
+        "stress": default_stress(finetune.pretrain),
+    }
     fields.update(overrides)
     return LearnForgetSpec(**fields)

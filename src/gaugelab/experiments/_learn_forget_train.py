@@ -105,8 +105,11 @@ def train_cell(spec: LearnForgetSpec, run: Any) -> None:
     def record(ensemble: Ensemble, step: int) -> None:
         if step not in declared:
             return
-        state = {n: p.detach().contiguous() for n, p in ensemble.stacked_parameters().items()
-                 if p.requires_grad}  # fmt: skip
+        state = {
+            n: p.detach().contiguous()
+            for n, p in ensemble.stacked_parameters().items()
+            if p.requires_grad
+        }
         path = run.directory / state_name(step)
         data = safetensors.torch.save(state)
         if (

@@ -28,6 +28,7 @@ EXPERIMENTS: dict[str, str] = {
     "intrinsic-dim": "gaugelab.experiments.intrinsic",
     "lora-twins": "gaugelab.experiments.lora_twins",
     "lora-kernel": "gaugelab.experiments.lora_kernel",
+    "learn-forget": "gaugelab.experiments.learn_forget",
 }
 """Study kind → the experiment module (``collect``, ``tables``, ``report``), imported on use."""
 

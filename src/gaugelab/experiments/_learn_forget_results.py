@@ -1,0 +1,112 @@
+"""The learning–forgetting study read back from the store: cells, measures, decision, test.
+
+:func:`collect` never opens the test: it reads the sealed store's recorded report (if the study
+has opened it) and recomputes every validation measure from the verified states — the same
+numbers the decision used, so the report and the decision cannot disagree.
+
+Source: seed 003 §0x0BU, §0x0CL–0x0CM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gaugelab.experiments._learn_forget_cells import Cell, read_cells
+from gaugelab.experiments._learn_forget_decide import (
+    Decision,
+    Measured,
+    decide,
+    measure,
+    recorded_test,
+    sealed_store,
+)
+from gaugelab.experiments._learn_forget_design import design_manifest, nuisance_tuples
+from gaugelab.experiments._learn_forget_spec import LearnForgetSpec
+from gaugelab.experiments._study import study_of_kind
+from gaugelab.lowrank.design import PairedContrast, paired_contrast
+from gaugelab.study.store import RunStore
+
+__all__ = ["LearnForgetResult", "collect", "contrasts"]
+
+
+@dataclass
+class LearnForgetResult:
+    """One learning–forgetting study as stored.
+
+    Attributes:
+        spec, study: the study's spec and name; design_digest: its design manifest's digest.
+        cells: every (block, candidate) run; measured: block → :class:`Measured` (validation).
+        decision: the primary block's :class:`Decision` (``None`` when nothing is measured).
+        contrasts: paired contrasts of every candidate against full fine-tuning (gain,
+            forgetting, stress gain), per block.
+        test: the recorded test report, or ``None`` (sealed, or no release).
+        access_log: the sealed store's events (freeze, opening, refusals, no release).
+        incomplete: ``<block>/<candidate>`` of cells without a complete record.
+    """
+
+    spec: LearnForgetSpec
+    study: str
+    design_digest: str
+    cells: list[Cell]
+    measured: dict[str, Measured]
+    decision: Decision | None
+    contrasts: list[PairedContrast] = field(default_factory=list)
+    test: dict[str, Any] | None = None
+    access_log: list[dict[str, Any]] = field(default_factory=list)
+    incomplete: list[str] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[Any]:
+        """The runs that did not complete (their states)."""
+        return [c.state for c in self.cells if not c.state.completed]
+
+
+def contrasts(spec: LearnForgetSpec, measured: dict[str, Measured]) -> list[PairedContrast]:
+    """Every candidate against full fine-tuning, per block, on the oriented gain, forgetting
+    and stress gain of each seed at the candidate's validation-chosen checkpoint."""
+    design = design_manifest(spec)
+    tuples = nuisance_tuples(spec)
+    out = []
+    if "full" not in spec.candidate_ids():
+        return []
+    for block, m in measured.items():
+        for metric, domain, sign in (
+            ("target_gain", "target", -1.0),
+            ("forgetting", "retention", 1.0),
+            ("stress_gain", "stress", -1.0),
+        ):
+            outcomes = {}
+            for cid, per in m.per_seed.items():
+                for n, value in zip(tuples, per[domain], strict=True):
+                    outcomes[(cid, block, n)] = sign * (value - m.base[domain])
+            for cid in spec.candidate_ids():
+                if cid != "full":
+                    out.append(paired_contrast(design, outcomes, cid, "full", block, metric))
+    return out
+
+
+def collect(store: RunStore, study: str) -> LearnForgetResult:
+    """The :class:`LearnForgetResult` of a study (never opens its test).
+
+    Raises:
+        ValueError: no such study, or not a ``learn-forget`` study.
+    """
+    row = study_of_kind(store, study, LearnForgetSpec)
+    spec = LearnForgetSpec.model_validate(row.spec)
+    cells = read_cells(store, study, spec)
+    measured = {b: measure(store, spec, cells, b) for b in spec.blocks()}
+    decision = decide(spec, measured["a"]) if measured["a"].records else None
+    sealed = sealed_store(store, study, spec)
+    return LearnForgetResult(
+        spec=spec,
+        study=study,
+        design_digest=design_manifest(spec).digest(),
+        cells=cells,
+        measured=measured,
+        decision=decision,
+        contrasts=contrasts(spec, measured),
+        test=recorded_test(sealed),
+        access_log=sealed.access_log(),
+        incomplete=[f"{b}/{c}" for b, m in measured.items() for c in m.incomplete],
+    )

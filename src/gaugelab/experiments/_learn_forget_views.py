@@ -1,0 +1,394 @@
+"""The learning–forgetting study's tables, figures, notes and report.
+
+Source: biderman2024lora (Fig. 3: learning against forgetting; Fig. 6: the full update's
+spectrum); seed 003 §0x0BD (the trade-off is empirical), §0x0BS (frontier ≠ feasible set),
+§0x0BT (test is a report), §0x0CG (a seed range is not an interval), §0x0BX (what is not shown).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from gaugelab.experiments._learn_forget_results import LearnForgetResult
+from gaugelab.experiments._learn_forget_train import DOMAINS3
+from gaugelab.experiments._lora_spec import ALL_TARGETS
+from gaugelab.study import report as rep
+
+__all__ = ["NOT_SHOWN", "energy_figure", "notes", "pareto_figure", "report", "tables"]
+
+NOT_SHOWN = (
+    "What this study does not show: it is one small character model (a few hundred thousand "
+    "parameters) on one target corpus, two seeds per candidate, one learning rate per method "
+    "chosen before the study, a few hundred steps; the trade-off it measures is empirical and "
+    "local to this pipeline (seed 003 §0x0BD) — not a universal rank, not a reproduction of "
+    "biderman2024lora's Llama-2-7B results, not evidence that no lower-rank solution exists "
+    "(the full update's energy rank describes one optimizer's path, §0x0BF). The selected "
+    "candidate answers this study's declared gates only; other gates select differently "
+    "without any model changing (§0x0BS). Two seeds give a range, not a confidence interval "
+    "(§0x0CG). Overlap with the full update is geometry, not retention (§0x0BJ).",
+)
+
+
+def _fmt(x: float | None, digits: int = 3) -> str | None:
+    return None if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def candidate_table(result: LearnForgetResult, block: str) -> rep.Table:
+    """Validation evidence per candidate of ``block`` at its validation-chosen checkpoint."""
+    m = result.measured[block]
+    decision = result.decision if block == "a" else None
+    rows: list[list[Any]] = []
+    for r in m.records:
+        op = r.operational
+        tail = r.reconstruction.tail_energy if r.reconstruction is not None else None
+        overlap = m.overlaps.get(r.candidate_id)
+        status = "—"
+        if decision is not None:
+            broken = decision.violations.get(r.candidate_id, ())
+            status = (
+                "selected"
+                if decision.chosen == r.candidate_id
+                else ("feasible" if not broken else "fails " + ", ".join(broken))
+            )
+        rows.append(
+            [
+                r.candidate_id,
+                m.chosen.get(r.candidate_id, 0),
+                r.cost.trainable_parameters,
+                r.cost.optimizer_state_numel,
+                op.target,
+                op.retention,
+                op.stress,
+                op.target_gain,
+                op.forgetting,
+                op.stress_gain,
+                tail,
+                None if overlap is None else f"{overlap[0]:.2f} / {overlap[1]:.2f}",
+                ("yes" if r.candidate_id in decision.frontier else "no") if decision else "—",
+                status,
+            ]
+        )
+    seeds = ", ".join(map(str, result.spec.finetune.seeds))
+    return rep.Table(
+        title=f"Candidates on validation (block {block}), each at its validation-chosen checkpoint",
+        columns=[
+            "candidate",
+            "checkpoint step",
+            "trainable params",
+            "optimizer state",
+            "target val loss",
+            "retention val loss",
+            "stress val loss",
+            "target gain",
+            "forgetting",
+            "stress gain",
+            "full-update tail at r",
+            "overlap row / col",
+            "Pareto",
+            "gates",
+        ],
+        rows=rows,
+        caption=f"Mean over seeds {seeds} (nats per character). Gains are oriented "
+        "(L_base − L, higher is better); forgetting is L − L_base on the retention domain. "
+        "The tail is the full update's energy beyond rank r at its own chosen checkpoint (a "
+        "gate, never the objective); overlap is the min-rank overlap of the LoRA update's row "
+        "and column spaces with the full update's leading rank-r spaces (Haar baseline r/d).",
+    )
+
+
+def checkpoint_table(result: LearnForgetResult, block: str = "a") -> rep.Table:
+    """Every candidate's declared checkpoints on validation (target / retention / stress)."""
+    m = result.measured[block]
+    steps = result.spec.checkpoint_steps()
+    rows = []
+    for cid, values in m.checkpoints.items():
+        by_step = dict(values)
+        rows.append(
+            [
+                cid,
+                *(
+                    "/".join(_fmt(by_step[s][d]) or "—" for d in DOMAINS3)
+                    + (" ◀" if m.chosen.get(cid) == s else "")
+                    for s in steps
+                ),
+            ]
+        )
+    return rep.Table(
+        title=f"Declared checkpoints on validation (block {block}): target / retention / stress",
+        columns=["candidate", *(f"step {s}" for s in steps)],
+        rows=rows,
+        caption="◀: the checkpoint chosen by the declared rule (lowest target validation loss; "
+        "ties: the earliest), before any candidate is compared.",
+    )
+
+
+def contrast_table(result: LearnForgetResult) -> rep.Table:
+    """Paired contrasts against full fine-tuning over the shared nuisance tuples."""
+    rows = []
+    for c in result.contrasts:
+        lo_hi = None if c.range is None else f"[{c.range[0]:.3f}, {c.range[1]:.3f}]"
+        rows.append(
+            [
+                c.block,
+                c.candidate,
+                c.metric,
+                len(c.pairs),
+                c.mean,
+                c.run_variance,
+                lo_hi,
+                ", ".join(n.label for n in c.incomplete) or "—",
+            ]
+        )
+    return rep.Table(
+        title="Paired contrasts against full fine-tuning (candidate − full, per nuisance tuple)",
+        columns=[
+            "block",
+            "candidate",
+            "metric",
+            "pairs",
+            "mean D",
+            "run variance (n−1)",
+            "range (not an interval)",
+            "incomplete pairs",
+        ],
+        rows=rows,
+        caption="D_s = Y_candidate − Y_full on the same seed (initialisation, data order; no "
+        "dropout), each at its validation-chosen checkpoint. An incomplete pair stays "
+        "incomplete; no seed is substituted (seed 003 §0x0CF).",
+    )
+
+
+def energy_table(result: LearnForgetResult) -> rep.Table:
+    """The full update's 90%-energy rank per layer and projection over checkpoints."""
+    energy = result.measured["a"].energy
+    order = {name: i for i, name in enumerate(ALL_TARGETS)}
+    paths = sorted(
+        {p for ranks in energy.values() for p in ranks},
+        key=lambda p: (int(p.split(".")[1]), order[p.rsplit(".", 1)[1]]),
+    )
+    rows = [[step, *(ranks.get(p) for p in paths)] for step, ranks in sorted(energy.items())]
+    return rep.Table(
+        title="Full fine-tuning: energy rank r_0.9 of ΔW = W_ft − W_0 per layer and projection",
+        columns=[
+            "step",
+            *(p.removeprefix("blocks.").replace(".attn", "").replace(".mlp", "") for p in paths),
+        ],
+        rows=rows,
+        caption="The smallest r whose leading singular values hold 90% of ‖ΔW‖_F², mean over "
+        "seeds (biderman2024lora Fig. 6; seed 003 §0x0BE): not a recommended LoRA rank.",
+    )
+
+
+def test_table(result: LearnForgetResult) -> rep.Table | None:
+    """The held-out test report (opened once, after the freeze), or ``None``."""
+    if result.test is None:
+        return None
+    base = result.test.get("base")
+    rows = []
+    for role in ("base", "selected", "full reference"):
+        entry = result.test.get(role)
+        if entry is None:
+            continue
+        means = {d: sum(entry[d]) / len(entry[d]) for d in DOMAINS3}
+        b = {d: sum(base[d]) / len(base[d]) for d in DOMAINS3} if base else None
+        rows.append(
+            [
+                role,
+                entry["candidate"],
+                entry["step"],
+                *(means[d] for d in DOMAINS3),
+                None if b is None else b["target"] - means["target"],
+                None if b is None else means["retention"] - b["retention"],
+            ]
+        )
+    return rep.Table(
+        title="Held-out test (opened once, after the freeze; no reselection)",
+        columns=[
+            "role",
+            "candidate",
+            "step",
+            "target test loss",
+            "retention test loss",
+            "stress test loss",
+            "target gain",
+            "forgetting",
+        ],
+        rows=rows,
+        caption=f"Frozen release {result.test.get('frozen', '')[:16]}…; the full fine-tuning "
+        "row is a reference, not a competitor: nothing is selected on test (§0x0BT).",
+    )
+
+
+def tables(result: LearnForgetResult) -> list[rep.Table]:
+    """Candidates (each block), checkpoints, paired contrasts, energy ranks, the test."""
+    out = [candidate_table(result, b) for b in result.measured]
+    out.append(checkpoint_table(result))
+    if result.contrasts:
+        out.append(contrast_table(result))
+    if result.measured["a"].energy:
+        out.append(energy_table(result))
+    test = test_table(result)
+    if test is not None:
+        out.append(test)
+    return out
+
+
+def pareto_figure(result: LearnForgetResult) -> Figure:
+    """Target gain against forgetting on validation (block a), the frontier ringed, the gates
+    dashed, the base at the origin."""
+    fig = Figure(figsize=(6.4, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    m, decision = result.measured["a"], result.decision
+    colors = rep.palette([r.candidate_id for r in m.records])
+    for r in m.records:
+        op = r.operational
+        on_front = decision is not None and r.candidate_id in decision.frontier
+        ax.scatter(
+            [op.forgetting],
+            [op.target_gain],
+            marker="s" if r.method == "base" else "o",
+            color=colors[r.candidate_id],
+            s=50,
+            edgecolors="k" if on_front else "none",
+            linewidths=1.5,
+            label=r.candidate_id,
+        )
+        ax.annotate(
+            r.candidate_id,
+            (op.forgetting, op.target_gain),
+            fontsize="x-small",
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    spec = result.spec
+    ax.axhline(spec.min_target_gain, color="0.5", linestyle="--", linewidth=1)
+    ax.axvline(spec.max_forgetting, color="0.5", linestyle="--", linewidth=1)
+    ax.set(
+        xlabel="forgetting: retention val loss − base (nats/char)",
+        ylabel="target gain: base − target val loss (nats/char)",
+        title="Learning against forgetting (validation)",
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="x-small", loc="lower right")
+    return fig
+
+
+def energy_figure(result: LearnForgetResult) -> Figure:
+    """The full update's r_0.9 against layer, one line per projection, one panel per checkpoint
+    (the Biderman Fig. 6 analog)."""
+    energy = result.measured["a"].energy
+    steps = sorted(energy)
+    fig = Figure(figsize=(3.2 * len(steps), 3.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(steps), sharey=True, squeeze=False)[0]
+    names = sorted({p.rsplit(".", 1)[1] for ranks in energy.values() for p in ranks})
+    colors = rep.palette(names)
+    for ax, step in zip(axes, steps, strict=True):
+        for name in names:
+            points = sorted(
+                (int(p.split(".")[1]), v) for p, v in energy[step].items() if p.endswith("." + name)
+            )
+            ax.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker="o",
+                color=colors[name],
+                label=name,
+            )
+        ax.set(title=f"step {step}", xlabel="layer")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("r_0.9 of the full update")
+    axes[-1].legend(fontsize="x-small")
+    return fig
+
+
+def notes(result: LearnForgetResult) -> list[str]:
+    """The verdict lines (learning and forgetting against full fine-tuning, the selection, the
+    test), then what the study does not show."""
+    lines: list[str] = []
+    m = result.measured["a"]
+    ops = {r.candidate_id: r.operational for r in m.records}
+    full = ops.get("full")
+    if full is not None:
+        for cid, op in ops.items():
+            if cid in ("full", "base"):
+                continue
+            learns = "less" if op.target_gain < full.target_gain else "more"
+            forgets = "less" if op.forgetting < full.forgetting else "more"
+            lines.append(
+                f"{cid}: learns {learns} (gain {op.target_gain:.3f} vs "
+                f"{full.target_gain:.3f}) and forgets {forgets} (forgetting "
+                f"{op.forgetting:.3f} vs {full.forgetting:.3f}) than full "
+                "fine-tuning on validation"
+            )
+    d = result.decision
+    if d is not None:
+        if d.chosen is None:
+            lines.append(f"{d.reason}; the test stays sealed")
+        else:
+            lines.append(
+                f"selected {d.chosen} at step {m.chosen.get(d.chosen, 0)} by the declared "
+                f"gates and tie-break (feasible: {', '.join(d.feasible)})"
+            )
+    if result.incomplete:
+        lines.append(f"not complete (no record): {', '.join(result.incomplete)}")
+    lines.extend(NOT_SHOWN)
+    return lines
+
+
+def report(result: LearnForgetResult, out_dir: str | os.PathLike[str]) -> Path:
+    """Write the study's HTML report (notes, tables, the Pareto and energy-rank figures, the
+    failures, the spec) into ``out_dir``; returns ``report.html``.
+
+    Raises:
+        FileExistsError: ``out_dir`` already holds a report or figures.
+    """
+    folder = Path(out_dir)
+    figures = []
+    if result.measured["a"].records:
+        figures.append(
+            rep.save_figure(
+                pareto_figure(result),
+                folder,
+                "pareto",
+                caption="Target gain against forgetting per candidate (validation, mean over "
+                "seeds); ringed: the Pareto front (with stress gain and cost); dashed: the gates.",
+            )
+        )
+    if result.measured["a"].energy:
+        figures.append(
+            rep.save_figure(
+                energy_figure(result),
+                folder,
+                "full_update_rank",
+                caption="90%-energy rank of the full fine-tuning update per layer and projection "
+                "at each declared checkpoint.",
+            )
+        )
+    runs = [
+        rep.RunSummary(c.state.identity, c.state.termination, f"{c.candidate} ({c.block})", {})
+        for c in result.cells
+    ]
+    return rep.write_report(
+        rep.StudyReport(
+            name=result.study,
+            spec=result.spec.spec_dict(),
+            runs=runs,
+            tables=tables(result),
+            figures=figures,
+            notes=notes(result),
+            failures=[
+                rep.Failure(c.state.identity, c.state.termination, c.state.message)
+                for c in result.cells
+                if not c.state.completed
+            ],
+        ),
+        folder,
+    )

@@ -1,0 +1,184 @@
+"""Choosing a rank honestly: the learning–forgetting study (``gaugelab learn-forget``).
+
+The character model pretrained on tiny-shakespeare (the retention domain) is adapted to Python
+standard-library source (the target domain) by full fine-tuning and LoRA at ranks 1, 2, 4, 8, 16
+(and rsLoRA at 16), every candidate on the same paired seeds; a held-out standard-library
+package (``email``) is the stress domain. The design is declared before any outcome
+(:class:`LearnForgetSpec`, hashed into a :class:`gaugelab.lowrank.design.DesignManifest`); each
+candidate's checkpoint is chosen on validation; typed records
+(:mod:`gaugelab.lowrank.selection`) go through the Pareto front and the declared gates of
+:mod:`gaugelab.study.compare`; the chosen candidate is frozen and only then the sealed test
+(:class:`gaugelab.study.sealed.SealedTestStore`) is opened, once. The report states what the
+study does not show.
+
+The experiment surface (see :mod:`gaugelab.experiments`): :class:`LearnForgetSpec`,
+:func:`plan`, :func:`collect`, :func:`tables`, :func:`report`, and :func:`run_learn_forget` for
+all of it at once (:func:`release` is the decision and the one test opening).
+
+Source: biderman2024lora; seed 003 §0x0B (rank, reconstruction, kernel and retention oracle),
+§0x0C (failure closure and experimental design); docs/commands/learn-forget.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from gaugelab.experiments._learn_forget_cells import read_cells
+from gaugelab.experiments._learn_forget_decide import Decision, Measured, decide, measure, open_test
+from gaugelab.experiments._learn_forget_design import design_manifest
+from gaugelab.experiments._learn_forget_results import LearnForgetResult, collect
+from gaugelab.experiments._learn_forget_spec import (
+    STRESS_FILES,
+    LearnForgetSpec,
+    default_stress,
+    quick_spec,
+)
+from gaugelab.experiments._learn_forget_views import NOT_SHOWN, notes, tables
+from gaugelab.experiments._learn_forget_views import report as _report
+from gaugelab.experiments._lora_spec import FinetuneSpec
+from gaugelab.experiments._study import StudyOutcome, run_experiment, study_of_kind
+from gaugelab.experiments.lora import _joined, plan_pretrain
+from gaugelab.study.store import RunStore
+from gaugelab.study.sweep import Sweep, run_sweep
+
+__all__ = [
+    "NOT_SHOWN",
+    "STRESS_FILES",
+    "Decision",
+    "LearnForgetResult",
+    "LearnForgetSpec",
+    "Measured",
+    "collect",
+    "default_stress",
+    "design_manifest",
+    "notes",
+    "plan",
+    "quick_spec",
+    "release",
+    "report",
+    "run_learn_forget",
+    "tables",
+]
+
+_LORA_ONLY = ("alpha_ratio", "targets", "init", "lr")
+_GATES = ("min_target_gain", "max_forgetting", "min_stress_gain", "max_tail")
+
+
+def plan(spec: LearnForgetSpec, study: str | None = None) -> Sweep:
+    """The cells: one run per (block, candidate), every seed in it.
+
+    A run sets what it does not read to the defaults — the gates, the other candidates, the
+    second block (for block ``a``), full fine-tuning's LoRA options and LoRA's full-FT rate —
+    so a new gate or a changed rank list reuses every stored cell. The study is named
+    ``learn-forget-<identity[:12]>`` unless ``study`` is given; the pretrain run is not part of
+    it (:func:`run_learn_forget` runs both).
+    """
+    finetune = FinetuneSpec.model_fields
+    defaults = LearnForgetSpec.model_fields
+    variants: list[dict[str, Any]] = []
+    for block in spec.blocks():
+        for (method, rank), cid in zip(spec.methods(), spec.candidate_ids(), strict=True):
+            ft = spec.finetune.spec_dict()
+            if method == "full":
+                ft.update(full=True, ranks=[])
+                ft.update({k: _default(finetune[k]) for k in _LORA_ONLY})
+            else:
+                ft.update(full=False, ranks=[rank], full_lr=_default(finetune["full_lr"]))
+            variant = {
+                "candidate": cid,
+                "block": block,
+                "finetune": ft,
+                "rslora_rank": rank if method == "rslora" else None,
+                **{k: _default(defaults[k]) for k in _GATES},
+            }
+            if block == "a":
+                variant["second_target"] = None
+            variants.append(variant)
+    return Sweep(spec, variants=variants, name=study or f"learn-forget-{spec.identity()[:12]}")
+
+
+def _default(info: Any) -> Any:
+    value = info.get_default(call_default_factory=True)
+    return list(value) if isinstance(value, tuple) else value
+
+
+def report(result: LearnForgetResult, out_dir: str | os.PathLike[str]) -> Path:
+    """Write the study's HTML report and figures into ``out_dir``.
+
+    Raises:
+        FileExistsError: ``out_dir`` already holds a report or figures.
+    """
+    return _report(result, out_dir)
+
+
+def release(store: RunStore, study: str) -> dict[str, Any] | None:
+    """The decision and the one test opening of a study whose cells have run.
+
+    Measures every block on validation, decides on block ``a`` (Pareto front, gates,
+    tie-break), then freezes the chosen candidate and opens the sealed test once — or records
+    "no release" and leaves it sealed. Called again, it opens nothing: it returns the recorded
+    test report.
+
+    Returns:
+        The test report (see :func:`gaugelab.experiments._learn_forget_decide.open_test`), or
+        ``None`` (no release, or nothing complete to decide on).
+
+    Raises:
+        ValueError: no such study or not a ``learn-forget`` study.
+        SelectionError: a record fails closed (NaN, missing metric, mixed revision, …).
+    """
+    spec = LearnForgetSpec.model_validate(study_of_kind(store, study, LearnForgetSpec).spec)
+    cells = read_cells(store, study, spec)
+    measured = measure(store, spec, cells, "a")
+    if not measured.records:
+        return None
+    return open_test(store, study, spec, cells, measured, decide(spec, measured))
+
+
+def _release_then_collect(store: RunStore, study: str) -> LearnForgetResult:
+    release(store, study)
+    return collect(store, study)
+
+
+def run_learn_forget(
+    spec: LearnForgetSpec | None = None, *, study: str | None = None, **options: Any
+) -> StudyOutcome[LearnForgetResult]:
+    """Run the pretrain, every cell, the decision and the one test opening; collect, report.
+
+    Runs already completed are reused; a killed run resumes from its latest checkpoint. The
+    test is opened at most once per study, however often this is called.
+
+    Args:
+        spec: the study (default :class:`LearnForgetSpec()`, about 15 minutes on 2 cores;
+            :func:`quick_spec` for a look in seconds).
+        study: the study name (default ``learn-forget-<identity[:12]>``).
+        **options: as :func:`gaugelab.experiments._study.run_experiment` (``store``,
+            ``executor``, ``max_workers`` (default 1), ``threads`` (default 1), ``address``,
+            ``progress``, ``step_progress``, ``report_dir``, ``write_report``).
+
+    Returns:
+        The :class:`~gaugelab.experiments._study.StudyOutcome` of a :class:`LearnForgetResult`.
+
+    Raises:
+        ValueError: a bad executor option, or a study name already used by another spec.
+        FileExistsError: ``report_dir`` already holds a report (checked before any run).
+    """
+    spec = spec or LearnForgetSpec()
+    sweep = plan(spec, study)
+    report_dir = options.get("report_dir")
+    if report_dir is not None and options.get("write_report", True):
+        if (Path(report_dir) / "report.html").exists():
+            raise FileExistsError(
+                f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
+                "(choose another folder)"
+            )
+    keys = ("store", "executor", "max_workers", "threads", "address", "progress", "step_progress")
+    sweep_options = {k: v for k, v in options.items() if k in keys}
+    sweep_options.setdefault("max_workers", 1)
+    sweep_options.setdefault("threads", 1)
+    first = run_sweep(plan_pretrain(spec.finetune.pretrain), **sweep_options)
+    outcome = run_experiment(sweep, _release_then_collect, report, **options)
+    outcome.sweep = _joined(first, outcome.sweep)
+    return outcome
