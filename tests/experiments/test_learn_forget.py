@@ -27,6 +27,7 @@ from gaugelab.experiments.learn_forget import (
     LearnForgetSpec,
     collect,
     default_stress,
+    design_manifest,
     plan,
     quick_spec,
     release,
@@ -151,6 +152,29 @@ def test_the_stress_package_is_held_out_of_the_target_files():
 def test_the_spec_refuses(fields, message):
     with pytest.raises(ValueError, match=message):
         LearnForgetSpec(**fields)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="LearnForgetSpec accepts finetune.seeds=(-1,); the design (nuisance_tuples, "
+    "_learn_forget_design.py:110) refuses it only after every run has trained",
+)
+def test_the_spec_refuses_a_seed_its_design_cannot_declare():
+    ft = FinetuneSpec.model_validate({**quick_spec().finetune.spec_dict(), "seeds": [-1]})
+    with pytest.raises(ValueError, match=r"seed"):
+        quick_spec(finetune=ft)
+
+
+def test_every_valid_spec_has_a_design_manifest_before_any_run():
+    spec = quick_spec(rslora_rank=None)
+    manifest = design_manifest(spec)
+    assert [c.candidate_id for c in manifest.candidates] == spec.candidate_ids()
+    assert [(n.init_seed, n.order_seed) for n in manifest.nuisance] == [(0, 0), (1, 1)]
+    assert manifest.checkpoint_steps == (10, 20)
+    assert manifest.gates["target_gain"] == (spec.min_target_gain, None)
+    assert design_manifest(quick_spec(rslora_rank=None, max_forgetting=0.1)).digest() != (
+        manifest.digest()
+    )
 
 
 def corpus_like(source, **changes):
