@@ -46,11 +46,6 @@ def test_the_help_lists_the_study_options():
         assert option in result.output, option
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/learn_forget.py: --steps help says 'default 500' but LearnForgetSpec's "
-    "fine-tuning protocol runs 800 steps (default_finetune → FinetuneSpec.steps)",
-)
 def test_the_help_states_the_spec_default_of_steps():
     result = invoke("learn-forget", "--help")
     assert f"default {LearnForgetSpec().finetune.steps};" in result.output
@@ -91,26 +86,9 @@ def test_gaugelab_report_rebuilds_the_learn_forget_report(quick, tmp_path):
     [
         (("--ranks", "0"), "--ranks"),
         (("--ranks", "1,x"), "--ranks"),
-        pytest.param(
-            ("--seeds", "-1"),
-            "--seeds",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="LearnForgetSpec accepts seed -1: the pretrain and every cell train and "
-                "complete in the store, then design_manifest → nuisance_tuples raises "
-                "'NuisanceTuple: init_seed=-1' (_learn_forget_design.py:110)",
-            ),
-        ),
+        (("--seeds", "-1"), "--seeds"),
         (("--checkpoints", "30"), "--checkpoints"),  # past --steps 20
-        pytest.param(
-            ("--checkpoints", "15"),
-            "--checkpoints",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="_learn_forget_spec.py:162 writes 'checkpoints [15] are not validation "
-                "steps' (no '='), so cli/_errors.option_message cannot name --checkpoints",
-            ),
-        ),
+        (("--checkpoints", "15"), "--checkpoints"),
         (("--dtype", "float16"), "--dtype"),
     ],
 )
@@ -134,11 +112,6 @@ def test_a_checkpoint_off_the_validation_grid_is_refused_before_anything_runs(tm
     assert not store.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/_errors.option_message rewrites 'finetune.steps=20' inside the spec's message "
-    "to 'finetune.--steps 20'",
-)
 def test_a_checkpoint_past_the_steps_reads_in_the_commands_terms(tmp_path):
     result = invoke("learn-forget", "--quick", "--checkpoints", "30", "--store", tmp_path / "s")
     assert result.exit_code == 2

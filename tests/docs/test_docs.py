@@ -82,6 +82,7 @@ REDUCTIONS: dict[str, tuple[Option, ...]] = {
         Option("--ps", "1,0", keep_given=True),
     ),
     "bench": (Option("--quick", removes=("--no-quick",)),),
+    "learn-forget": (Option("--quick", removes=("--no-quick",)),),
 }
 """Command → the options that shrink it. Every other command runs as the page shows it."""
 

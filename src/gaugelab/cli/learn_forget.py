@@ -66,7 +66,7 @@ def learn_forget(
         ),
     ] = None,
     steps: Annotated[
-        int | None, typer.Option(help="Fine-tuning steps (default 500; 20 --quick).")
+        int | None, typer.Option(help="Fine-tuning steps (default 800; 20 --quick).")
     ] = None,
     checkpoints: Annotated[
         str | None,

@@ -153,14 +153,20 @@ class LearnForgetSpec(ExperimentSpec):
         steps = self.checkpoint_steps()
         if steps[-1] > ft.steps:
             raise ValueError(
-                f"LearnForgetSpec: checkpoints={list(steps)} pass finetune.steps={ft.steps}; "
-                "allowed: steps in 1..finetune.steps"
+                f"LearnForgetSpec: checkpoints={list(steps)}; allowed: steps in 1..{ft.steps} "
+                "(the fine-tuning steps)"
             )
         unevaluated = [s for s in steps if s % ft.eval_every and s != ft.steps]
         if unevaluated:
             raise ValueError(
-                f"LearnForgetSpec: checkpoints {unevaluated} are not validation steps; allowed: "
-                f"multiples of finetune.eval_every={ft.eval_every}, or finetune.steps"
+                f"LearnForgetSpec: checkpoints={unevaluated} are not validation steps; allowed: "
+                f"multiples of the validation cadence {ft.eval_every}, or the last step {ft.steps}"
+            )
+        negative = [s for s in ft.seeds if s < 0]
+        if negative:
+            raise ValueError(
+                f"LearnForgetSpec: seeds={list(ft.seeds)}; allowed: integers >= 0 (each names a "
+                "nuisance tuple of the design)"
             )
         if self.block not in BLOCKS:
             raise ValueError(f"LearnForgetSpec: block={self.block!r}; allowed: a, b")

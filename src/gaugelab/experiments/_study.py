@@ -75,6 +75,7 @@ def run_experiment(
     step_progress: Callable[[str, int, int], None] | None = None,
     report_dir: str | os.PathLike[str] | None = None,
     write_report: bool = True,
+    first: Sweep | None = None,
 ) -> StudyOutcome[R]:
     """Run ``sweep`` (runs already completed are reused), collect and report it.
 
@@ -91,6 +92,9 @@ def run_experiment(
             timestamped folder in ``<store folder>/reports/<study slug>/`` (the study name made
             path-safe: ``../x`` or ``/abs`` never leave ``reports/``).
         write_report: write the report (False: only run and collect).
+        first: a sweep run before ``sweep``, executed the same way (e.g. a pretrain run that
+            several studies share); its runs are not part of the study, but the outcome's
+            ``sweep`` accounts for both.
 
     Returns:
         The :class:`StudyOutcome`.
@@ -107,8 +111,7 @@ def run_experiment(
         )
     from gaugelab.study.sweep import run_sweep
 
-    swept = run_sweep(
-        sweep,
+    how = dict(
         executor=executor,
         max_workers=max_workers,
         store=store,
@@ -117,6 +120,10 @@ def run_experiment(
         progress=progress,
         step_progress=step_progress,
     )
+    before = None if first is None else run_sweep(first, **how)
+    swept = run_sweep(sweep, **how)
+    if before is not None:
+        swept = joined(before, swept)
     with RunStore(store, create=False) as db:
         result = collect(db, sweep.study)
     path = None
@@ -126,6 +133,20 @@ def run_experiment(
             folder = new_report_dir(Path(store).parent / "reports", study=sweep.study)
         path = report(result, folder)
     return StudyOutcome(sweep.study, result, swept, path)
+
+
+def joined(first: SweepResult, second: SweepResult) -> SweepResult:
+    """One account of two sweeps (``first``'s runs, then ``second``'s)."""
+    from gaugelab.study.sweep import SweepResult
+
+    return SweepResult(
+        completed=[*first.completed, *second.completed],
+        skipped=[*first.skipped, *second.skipped],
+        failed=[*first.failed, *second.failed],
+        outcomes=[*first.outcomes, *second.outcomes],
+        reexecuted={**first.reexecuted, **second.reexecuted},
+        waited=[*first.waited, *second.waited],
+    )
 
 
 def study_row(store: RunStore, study: str) -> StudyRow:

@@ -37,7 +37,7 @@ from gaugelab.experiments._intrinsic_spec import (
 from gaugelab.experiments._study import StudyOutcome, run_experiment
 from gaugelab.lowrank.intrinsic import IntrinsicDimensionEstimate
 from gaugelab.study.report import Table
-from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
+from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "PROBLEM_LABELS",
@@ -153,33 +153,9 @@ def run_intrinsic_dim(
     Source: seed 003 §0x02J.
     """
     spec = spec or IntrinsicSpec()
-    report_dir = options.get("report_dir")
-    if report_dir is not None and options.get("write_report", True):
-        if (Path(report_dir) / "report.html").exists():
-            raise FileExistsError(
-                f"{Path(report_dir) / 'report.html'} exists; reports are "
-                "never overwritten (choose another folder)"
-            )
-    keys = ("store", "executor", "max_workers", "threads", "address", "progress", "step_progress")
-    sweep_options = {k: v for k, v in options.items() if k in keys}
-    sweep_options.setdefault("max_workers", 1)
-    sweep_options.setdefault("threads", 1)
     sweep = plan(spec, study)  # refuses an inadmissible grid before the pretrain runs
-    first = None
-    if spec.problem == "finetune":
-        first = run_sweep(plan_pretrain(spec.pretrain), **sweep_options)
-    options.setdefault("max_workers", 1)
-    outcome = run_experiment(sweep, collect, report, **options)
-    if first is not None:
-        outcome.sweep = SweepResult(
-            completed=[*first.completed, *outcome.sweep.completed],
-            skipped=[*first.skipped, *outcome.sweep.skipped],
-            failed=[*first.failed, *outcome.sweep.failed],
-            outcomes=[*first.outcomes, *outcome.sweep.outcomes],
-            reexecuted={**first.reexecuted, **outcome.sweep.reexecuted},
-            waited=[*first.waited, *outcome.sweep.waited],
-        )
-    return outcome
+    first = plan_pretrain(spec.pretrain) if spec.problem == "finetune" else None
+    return run_experiment(sweep, collect, report, first=first, **options)
 
 
 def estimate_intrinsic_dimension(

@@ -39,9 +39,9 @@ from gaugelab.experiments._learn_forget_views import NOT_SHOWN, notes, tables
 from gaugelab.experiments._learn_forget_views import report as _report
 from gaugelab.experiments._lora_spec import FinetuneSpec
 from gaugelab.experiments._study import StudyOutcome, run_experiment, study_of_kind
-from gaugelab.experiments.lora import _joined, plan_pretrain
+from gaugelab.experiments.lora import plan_pretrain
 from gaugelab.study.store import RunStore
-from gaugelab.study.sweep import Sweep, run_sweep
+from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "NOT_SHOWN",
@@ -167,18 +167,6 @@ def run_learn_forget(
     """
     spec = spec or LearnForgetSpec()
     sweep = plan(spec, study)
-    report_dir = options.get("report_dir")
-    if report_dir is not None and options.get("write_report", True):
-        if (Path(report_dir) / "report.html").exists():
-            raise FileExistsError(
-                f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
-                "(choose another folder)"
-            )
-    keys = ("store", "executor", "max_workers", "threads", "address", "progress", "step_progress")
-    sweep_options = {k: v for k, v in options.items() if k in keys}
-    sweep_options.setdefault("max_workers", 1)
-    sweep_options.setdefault("threads", 1)
-    first = run_sweep(plan_pretrain(spec.finetune.pretrain), **sweep_options)
-    outcome = run_experiment(sweep, _release_then_collect, report, **options)
-    outcome.sweep = _joined(first, outcome.sweep)
-    return outcome
+    return run_experiment(
+        sweep, _release_then_collect, report, first=plan_pretrain(spec.finetune.pretrain), **options
+    )

@@ -47,7 +47,7 @@ from gaugelab.experiments._lora_views import inspect_report, inspect_tables
 from gaugelab.experiments._study import StudyOutcome, run_experiment
 from gaugelab.study.report import Table, new_report_dir
 from gaugelab.study.store import DEFAULT_STORE_PATH
-from gaugelab.study.sweep import Sweep, SweepResult, run_sweep
+from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "ALL_TARGETS",
@@ -161,22 +161,7 @@ def run_lora_finetune(
     """
     spec = spec or FinetuneSpec()
     sweep = plan(spec, study)
-    report_dir = options.get("report_dir")
-    if report_dir is not None and options.get("write_report", True):
-        if (Path(report_dir) / "report.html").exists():  # checked before any run
-            raise FileExistsError(
-                f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
-                "(choose another folder)"
-            )
-    keys = ("store", "executor", "max_workers", "threads", "address", "progress",
-            "step_progress")  # fmt: skip
-    sweep_options = {k: v for k, v in options.items() if k in keys}
-    sweep_options.setdefault("max_workers", 1)
-    sweep_options.setdefault("threads", 1)
-    first = run_sweep(plan_pretrain(spec.pretrain), **sweep_options)
-    outcome = run_experiment(sweep, collect, report, **options)
-    outcome.sweep = _joined(first, outcome.sweep)
-    return outcome
+    return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)
 
 
 def run_lora_inspect(
@@ -221,15 +206,3 @@ def run_lora_inspect(
         )
     )
     return result, inspect_report(result, folder)
-
-
-def _joined(first: SweepResult, second: SweepResult) -> SweepResult:
-    """One account of two sweeps (the pretrain's, then the candidates')."""
-    return SweepResult(
-        completed=[*first.completed, *second.completed],
-        skipped=[*first.skipped, *second.skipped],
-        failed=[*first.failed, *second.failed],
-        outcomes=[*first.outcomes, *second.outcomes],
-        reexecuted={**first.reexecuted, **second.reexecuted},
-        waited=[*first.waited, *second.waited],
-    )

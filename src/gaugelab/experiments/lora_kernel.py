@@ -36,9 +36,9 @@ from gaugelab.experiments._kernel_results import tables as _tables
 from gaugelab.experiments._kernel_spec import LR, OPTIMIZERS, PATHS, KernelSpec, quick_spec
 from gaugelab.experiments._kernel_train import train_paths
 from gaugelab.experiments._study import StudyOutcome, run_experiment
-from gaugelab.experiments.lora import _joined, plan_pretrain
+from gaugelab.experiments.lora import plan_pretrain
 from gaugelab.study.report import Table
-from gaugelab.study.sweep import Sweep, run_sweep
+from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "LIMITS",
@@ -110,19 +110,4 @@ def run_lora_kernel(
     """
     spec = spec or KernelSpec()
     sweep = plan(spec, study)
-    report_dir = options.get("report_dir")
-    if report_dir is not None and options.get("write_report", True):
-        if (Path(report_dir) / "report.html").exists():
-            raise FileExistsError(
-                f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
-                "(choose another folder)"
-            )
-    keys = ("store", "executor", "max_workers", "threads", "address", "progress",
-            "step_progress")  # fmt: skip
-    sweep_options = {k: v for k, v in options.items() if k in keys}
-    sweep_options.setdefault("max_workers", 1)
-    sweep_options.setdefault("threads", 1)
-    first = run_sweep(plan_pretrain(spec.pretrain), **sweep_options)
-    outcome = run_experiment(sweep, collect, report, **options)
-    outcome.sweep = _joined(first, outcome.sweep)
-    return outcome
+    return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)

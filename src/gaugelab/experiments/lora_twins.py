@@ -45,9 +45,9 @@ from gaugelab.experiments._lora_twins_spec import (
     quick_twin_spec,
 )
 from gaugelab.experiments._study import StudyOutcome, run_experiment
-from gaugelab.experiments.lora import PretrainSpec, _joined, plan_pretrain
+from gaugelab.experiments.lora import PretrainSpec, plan_pretrain
 from gaugelab.study.report import Table
-from gaugelab.study.sweep import Sweep, run_sweep
+from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "DEFAULT_LR",
@@ -147,18 +147,4 @@ def run_lora_twins(
     """
     spec = spec or LoraTwinSpec()
     sweep = plan(spec, optimizers, study=study)
-    report_dir = options.get("report_dir")
-    if report_dir is not None and options.get("write_report", True):
-        if (Path(report_dir) / "report.html").exists():
-            raise FileExistsError(
-                f"{Path(report_dir) / 'report.html'} exists; reports are "
-                "never overwritten (choose another folder)"
-            )
-    keys = ("store", "executor", "max_workers", "threads", "address", "progress", "step_progress")
-    sweep_options = {k: v for k, v in options.items() if k in keys}
-    sweep_options.setdefault("max_workers", 1)
-    sweep_options.setdefault("threads", 1)
-    first = run_sweep(plan_pretrain(spec.pretrain), **sweep_options)
-    outcome = run_experiment(sweep, collect, report, **options)
-    outcome.sweep = _joined(first, outcome.sweep)
-    return outcome
+    return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)

@@ -16,8 +16,12 @@ adjoint and Jacobian, gauge directions, tangent/normal projectors, exact rank), 
 (§0x07–0x08: factor gradients, product motion, the scalar gauge and compensated rates, rank
 scaling, dtype range), ``factor_diagnostics`` (§0x08L: the per-step factor record,
 rebalancing), ``expressivity`` (§0x0A: scoped rank ledgers), ``kernels`` (§0x09: Jacobians and
-kernels, drift diagnostics and their probe estimators) and ``intrinsic`` (§0x02: projections
-with exact adjoints, DID/SAID, the d90 estimate).
+kernels, drift diagnostics and their probe estimators), ``intrinsic`` (§0x02: projections
+with exact adjoints, DID/SAID, the d90 estimate), ``selection`` (§0x0B: candidate manifests,
+typed candidate records, orientation, validation-only checkpoint choice, gates, fail-closed
+validation, the points :mod:`gaugelab.study.compare` selects on) and ``design`` (§0x0C: units,
+blocks, nuisance tuples, the content-hashed design manifest, paired contrasts, attempt
+lineage, the typed failure catalog).
 """
 
 from ._factored import FactoredSvd, SvdRecord, factored_svd

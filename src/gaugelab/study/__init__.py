@@ -8,6 +8,8 @@
 * ``runner`` / ``sweep`` — one attempt in a process; grids of runs on local processes or Ray,
   safe to run twice at once into one store, stopped by Ctrl-C with :class:`SweepInterrupted`;
 * ``compare`` — paired differences, envelopes, iso-quality cost ratios, Pareto and feasible sets;
+* ``sealed`` — a held-out test set opened once, after the release is frozen, every access
+  logged in the store;
 * ``figures`` — matplotlib figures saved as PNG + SVG; ``report`` — a self-contained HTML
   report per study; ``summary`` — the generic report of any study from the store.
 """
