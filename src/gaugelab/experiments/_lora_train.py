@@ -338,7 +338,7 @@ def train_finetune(
     method, rank = spec.candidate
     store = run.store
     weights = pretrain_weights(store, spec.pretrain)
-    label = "full" if rank is None else f"lora r={rank}"
+    label = "full" if rank is None else f"{'rslora' if spec.rslora else 'lora'} r={rank}"
     with deterministic():
         corpus = load_corpus(spec.pretrain.corpus)
         base = base_model(spec.pretrain, weights, corpus.d_vocab)
