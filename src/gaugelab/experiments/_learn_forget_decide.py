@@ -156,7 +156,7 @@ def measure(store: RunStore, spec: LearnForgetSpec, cells: list[Cell], block: st
                 out.energy[step] = {p: _mean([float(v) for v in r]) for p, r in ranks.items()}
             full_delta = full_deltas(spec, base, read_state(full.states[out.chosen["full"]]))
     manifests = []
-    for cid in ["base", *sorted(done)]:
+    for cid in ["base", *(c for c in spec.candidate_ids() if c in done)]:
         cell = done.get(cid)
         reconstruction = subspace = trajectory = None
         if cell is None:  # the base: no update, its whole full-update energy is the tail
