@@ -16,7 +16,6 @@ Source: seed 003 §0x0BB–0x0BU, §0x0CE–0x0CL; biderman2024lora.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,7 @@ from gaugelab.experiments._learn_forget_measure import (
     base_ensemble,
     energy_ranks,
     evaluate,
+    factor_summary,
     full_deltas,
     lora_deltas,
     module_path,
@@ -174,8 +174,10 @@ def measure(store: RunStore, spec: LearnForgetSpec, cells: list[Cell], block: st
             if cell.rank is not None:
                 with deterministic():
                     delta = lora_deltas(cell.spec, base, read_state(cell.states[step]))
-                norms = [float(d.pow(2).sum(dim=(-2, -1)).mean()) for d in delta.values()]
-                trajectory = sel.Trajectory(summary={"update_frobenius": math.sqrt(sum(norms))})
+                    summary = factor_summary(
+                        cell.spec, base, read_state(cell.states[step]), step, means["target"]
+                    )
+                trajectory = sel.Trajectory(summary=summary)
                 if full_delta is not None:
                     reconstruction, subspace = _against_full(
                         out,
@@ -347,8 +349,7 @@ def recorded_test(sealed: SealedTestStore) -> dict[str, Any] | None:
         ``{"frozen": digest, "<role>": {"candidate", "step", "<domain>": [E] losses}}`` for the
         roles ``base``, ``selected`` and ``full reference``.
     """
-    event = next((e for e in sealed.access_log() if e["event"] == "report" and e["accepted"]),
-                 None)  # fmt: skip
+    event = next((e for e in sealed.access_log() if e["event"] == "report" and e["accepted"]), None)
     if event is None:
         return None
     chosen = event["frozen"]["candidate_id"]

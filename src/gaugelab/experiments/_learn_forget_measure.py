@@ -18,11 +18,14 @@ gate), §0x06G (min-rank overlap), §0x0BN (overlap is admissibility evidence, n
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gaugelab.experiments._learn_forget_spec import LearnForgetSpec
 from gaugelab.experiments._learn_forget_train import DOMAINS3, cell_ensemble
-from gaugelab.experiments._lora_train import member_losses
+from gaugelab.experiments._lora_train import lr_factor, member_losses
+from gaugelab.lowrank.factor_diagnostics import factor_diagnostics
 from gaugelab.lowrank.ranks import energy_rank
 from gaugelab.lowrank.subspaces import compare_updates
 from gaugelab.models import Ensemble, Transformer
@@ -31,6 +34,7 @@ from gaugelab.models.lora import lora_modules
 __all__ = [
     "energy_ranks",
     "evaluate",
+    "factor_summary",
     "full_deltas",
     "lora_deltas",
     "module_path",
@@ -89,6 +93,43 @@ def lora_deltas(
             }
         )
     return {n: torch.stack([m[n] for m in per_member]).detach() for n in per_member[0]}
+
+
+def factor_summary(
+    spec: LearnForgetSpec,
+    base: Transformer,
+    state: dict[str, torch.Tensor],
+    step: int,
+    loss: float,
+) -> dict[str, float]:
+    """The §0x08L factor record (:func:`gaugelab.lowrank.factor_diagnostics.factor_diagnostics`)
+    of every adapted module and seed of a LoRA state, summarised: ``norm_A``, ``norm_B``,
+    ``norm_update`` (root of the summed squares over modules, mean over seeds) and
+    ``numerical_rank`` (mean over modules and seeds) — trajectory evidence, not feature
+    learning (§0x0BJ)."""
+    ft = spec.run_finetune()
+    lr = ft.lr * lr_factor(step - 1, ft.steps, ft.warmup)
+    ensemble = cell_ensemble(spec, base, state)
+    tokens = step * ft.batch_size * ft.pretrain.corpus.block_size
+    totals = {"norm_A": [], "norm_B": [], "norm_update": [], "numerical_rank": []}
+    for e in range(ensemble.n_members):
+        records = [
+            factor_diagnostics(
+                A=layer.lora_A.detach().double(),
+                B=layer.lora_B.detach().double(),
+                scale=layer.scale,
+                step=step,
+                tokens=tokens,
+                loss=loss,
+                lr_A=lr,
+                lr_B=lr,
+            )
+            for layer in lora_modules(ensemble.member(e)).values()
+        ]
+        for key in ("norm_A", "norm_B", "norm_update"):
+            totals[key].append(math.sqrt(sum(getattr(r, key) ** 2 for r in records)))
+        totals["numerical_rank"].append(sum(r.numerical_rank for r in records) / len(records))
+    return {k: sum(v) / len(v) for k, v in totals.items()}
 
 
 def energy_ranks(deltas: dict[str, torch.Tensor], rho: float = RHO) -> dict[str, list[int]]:

@@ -12,15 +12,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
+from gaugelab.experiments._learn_forget_figures import energy_figure, pareto_figure
 from gaugelab.experiments._learn_forget_results import LearnForgetResult
 from gaugelab.experiments._learn_forget_train import DOMAINS3
 from gaugelab.experiments._lora_spec import ALL_TARGETS
 from gaugelab.study import report as rep
 
-__all__ = ["NOT_SHOWN", "energy_figure", "notes", "pareto_figure", "report", "tables"]
+__all__ = ["NOT_SHOWN", "notes", "report", "tables"]
 
 NOT_SHOWN = (
     "What this study does not show: it is one small character model (a few hundred thousand "
@@ -164,6 +162,31 @@ def contrast_table(result: LearnForgetResult) -> rep.Table:
     )
 
 
+def factor_table(result: LearnForgetResult) -> rep.Table | None:
+    """The LoRA candidates' factor record at their chosen checkpoint (seed 003 §0x08L)."""
+    rows = [
+        [
+            r.candidate_id,
+            *(
+                r.trajectory.summary.get(k)
+                for k in ("norm_A", "norm_B", "norm_update", "numerical_rank")
+            ),
+        ]
+        for r in result.measured["a"].records
+        if r.trajectory is not None
+    ]
+    if not rows:
+        return None
+    return rep.Table(
+        title="LoRA factors at the chosen checkpoint (the §0x08L record, summarised)",
+        columns=["candidate", "‖A‖_F", "‖B‖_F", "‖s·B A‖_F", "numerical rank of s·B A"],
+        rows=rows,
+        caption="Norms pooled over the adapted projections (root of the summed squares), mean "
+        "over seeds; the numerical rank is the mean over projections and seeds. Trajectory "
+        "evidence, not evidence of useful feature learning (§0x0BJ).",
+    )
+
+
 def energy_table(result: LearnForgetResult) -> rep.Table:
     """The full update's 90%-energy rank per layer and projection over checkpoints."""
     energy = result.measured["a"].energy
@@ -231,82 +254,15 @@ def tables(result: LearnForgetResult) -> list[rep.Table]:
     out.append(checkpoint_table(result))
     if result.contrasts:
         out.append(contrast_table(result))
+    factors = factor_table(result)
+    if factors is not None:
+        out.append(factors)
     if result.measured["a"].energy:
         out.append(energy_table(result))
     test = test_table(result)
     if test is not None:
         out.append(test)
     return out
-
-
-def pareto_figure(result: LearnForgetResult) -> Figure:
-    """Target gain against forgetting on validation (block a), the frontier ringed, the gates
-    dashed, the base at the origin."""
-    fig = Figure(figsize=(6.4, 4.8), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
-    m, decision = result.measured["a"], result.decision
-    colors = rep.palette([r.candidate_id for r in m.records])
-    for r in m.records:
-        op = r.operational
-        on_front = decision is not None and r.candidate_id in decision.frontier
-        ax.scatter(
-            [op.forgetting],
-            [op.target_gain],
-            marker="s" if r.method == "base" else "o",
-            color=colors[r.candidate_id],
-            s=50,
-            edgecolors="k" if on_front else "none",
-            linewidths=1.5,
-            label=r.candidate_id,
-        )
-        ax.annotate(
-            r.candidate_id,
-            (op.forgetting, op.target_gain),
-            fontsize="x-small",
-            xytext=(4, 3),
-            textcoords="offset points",
-        )
-    spec = result.spec
-    ax.axhline(spec.min_target_gain, color="0.5", linestyle="--", linewidth=1)
-    ax.axvline(spec.max_forgetting, color="0.5", linestyle="--", linewidth=1)
-    ax.set(
-        xlabel="forgetting: retention val loss − base (nats/char)",
-        ylabel="target gain: base − target val loss (nats/char)",
-        title="Learning against forgetting (validation)",
-    )
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small", loc="lower right")
-    return fig
-
-
-def energy_figure(result: LearnForgetResult) -> Figure:
-    """The full update's r_0.9 against layer, one line per projection, one panel per checkpoint
-    (the Biderman Fig. 6 analog)."""
-    energy = result.measured["a"].energy
-    steps = sorted(energy)
-    fig = Figure(figsize=(3.2 * len(steps), 3.4), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, len(steps), sharey=True, squeeze=False)[0]
-    names = sorted({p.rsplit(".", 1)[1] for ranks in energy.values() for p in ranks})
-    colors = rep.palette(names)
-    for ax, step in zip(axes, steps, strict=True):
-        for name in names:
-            points = sorted(
-                (int(p.split(".")[1]), v) for p, v in energy[step].items() if p.endswith("." + name)
-            )
-            ax.plot(
-                [p[0] for p in points],
-                [p[1] for p in points],
-                marker="o",
-                color=colors[name],
-                label=name,
-            )
-        ax.set(title=f"step {step}", xlabel="layer")
-        ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("r_0.9 of the full update")
-    axes[-1].legend(fontsize="x-small")
-    return fig
 
 
 def notes(result: LearnForgetResult) -> list[str]:

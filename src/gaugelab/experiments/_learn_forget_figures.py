@@ -1,0 +1,85 @@
+"""The learning–forgetting study's figures: gain against forgetting, the full update's rank.
+
+Source: biderman2024lora (Fig. 3: learning against forgetting; Fig. 6: the full update's
+90%-energy rank per layer); seed 003 §0x0BE–0x0BF, §0x0BS.
+"""
+
+from __future__ import annotations
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from gaugelab.experiments._learn_forget_results import LearnForgetResult
+from gaugelab.study import report as rep
+
+__all__ = ["energy_figure", "pareto_figure"]
+
+
+def pareto_figure(result: LearnForgetResult) -> Figure:
+    """Target gain against forgetting on validation (block a), the frontier ringed, the gates
+    dashed, the base at the origin."""
+    fig = Figure(figsize=(6.4, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    m, decision = result.measured["a"], result.decision
+    colors = rep.palette([r.candidate_id for r in m.records])
+    for r in m.records:
+        op = r.operational
+        on_front = decision is not None and r.candidate_id in decision.frontier
+        ax.scatter(
+            [op.forgetting],
+            [op.target_gain],
+            marker="s" if r.method == "base" else "o",
+            color=colors[r.candidate_id],
+            s=50,
+            edgecolors="k" if on_front else "none",
+            linewidths=1.5,
+            label=r.candidate_id,
+        )
+        ax.annotate(
+            r.candidate_id,
+            (op.forgetting, op.target_gain),
+            fontsize="x-small",
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    spec = result.spec
+    ax.axhline(spec.min_target_gain, color="0.5", linestyle="--", linewidth=1)
+    ax.axvline(spec.max_forgetting, color="0.5", linestyle="--", linewidth=1)
+    ax.set(
+        xlabel="forgetting: retention val loss − base (nats/char)",
+        ylabel="target gain: base − target val loss (nats/char)",
+        title="Learning against forgetting (validation)",
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="x-small", loc="lower right")
+    return fig
+
+
+def energy_figure(result: LearnForgetResult) -> Figure:
+    """The full update's r_0.9 against layer, one line per projection, one panel per checkpoint
+    (the Biderman Fig. 6 analog)."""
+    energy = result.measured["a"].energy
+    steps = sorted(energy)
+    fig = Figure(figsize=(3.2 * len(steps), 3.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(steps), sharey=True, squeeze=False)[0]
+    names = sorted({p.rsplit(".", 1)[1] for ranks in energy.values() for p in ranks})
+    colors = rep.palette(names)
+    for ax, step in zip(axes, steps, strict=True):
+        for name in names:
+            points = sorted(
+                (int(p.split(".")[1]), v) for p, v in energy[step].items() if p.endswith("." + name)
+            )
+            ax.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                marker="o",
+                color=colors[name],
+                label=name,
+            )
+        ax.set(title=f"step {step}", xlabel="layer")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("r_0.9 of the full update")
+    axes[-1].legend(fontsize="x-small")
+    return fig
