@@ -278,3 +278,38 @@ def test_a_live_holder_makes_another_access_refused_and_logged(store_path):
             ("open", False),
         ]
         assert seal.open_once() == TEST_R2
+
+
+def test_test_splits_opened_by_one_study_are_refused_to_another_and_never_load(store_path):
+    # seed 003 §0x0CH: a changed policy is a new versioned study *with new held-out data*
+    with _seal(store_path) as first:
+        first.freeze("lora_r2", "lora_r2@step200", MANIFEST)
+        first.open_once()
+    loader = Loader()
+    with _seal(store_path, loader, study="learn-forget-v2", design_digest="e" * 64) as second:
+        second.freeze("lora_r1", "lora_r1@step200", MANIFEST)
+        with pytest.raises(SealedTestError, match="opened by study 'learn-forget'"):
+            second.open_once()
+        assert loader.calls == 0 and not second.was_opened()
+    fresh = Loader()
+    with _seal(store_path, fresh, study="v3", test_splits=("target-test@v2",)) as third:
+        third.freeze("lora_r1", "lora_r1@step200", MANIFEST)
+        assert third.open_once() == TEST_R2  # new held-out data opens
+        assert fresh.calls == 1
+
+
+def test_a_study_that_recorded_no_release_leaves_the_splits_unopened_for_the_next(store_path):
+    with _seal(store_path) as first:
+        first.record_no_release("no release: the feasible set is empty")
+    with _seal(store_path, study="learn-forget-v2", design_digest="e" * 64) as second:
+        second.freeze("lora_r2", "lora_r2@step200", MANIFEST)
+        assert second.open_once() == TEST_R2
+
+
+def test_after_opening_a_later_no_release_does_not_hide_that_the_test_was_opened(store_path):
+    with _seal(store_path) as seal:
+        seal.freeze("lora_r2", "lora_r2@step200", MANIFEST)
+        seal.open_once()
+        seal.record_no_release("the release gate failed on test")  # §0x0BT: allowed
+        with pytest.raises(SealedTestError, match="opening twice"):
+            seal.open_once()

@@ -150,3 +150,20 @@ def _status(events: list[dict[str, Any]]) -> SealStatus:
         elif e["event"] == "report" and report is None:
             report = MappingProxyType(dict(e["results"]))
     return SealStatus(frozen, opened, no_release, report)
+
+
+def opened_elsewhere(
+    store: Any, identity: str, test_splits: tuple[str, ...]
+) -> tuple[str, str] | None:
+    """``(study, when)`` of another seal in ``store`` (not run ``identity``) whose accepted
+    events include an opening of the same ``test_splits``, or ``None``."""
+    for run in store.runs():
+        if run.kind != SealedTestSpec.kind or run.identity == identity:
+            continue
+        if tuple(run.spec.get("test_splits", ())) != tuple(test_splits):
+            continue
+        for attempt in store.attempts(run.identity):
+            event = _parse(attempt.message) or {}
+            if event.get("event") == "open" and event.get("accepted"):
+                return str(run.spec.get("study")), str(event.get("at"))
+    return None

@@ -50,6 +50,7 @@ from gaugelab.study._sealed_log import (
     _status,
     _text,
     _user,
+    opened_elsewhere,
 )
 from gaugelab.study.spec import Manifest
 from gaugelab.study.store import RunStore
@@ -309,6 +310,13 @@ class SealedTestStore(Generic[T]):
                 attempt is logged and the loader is not called.
         """
         with self._hold("open") as (attempt_id, state):
+            if state.opened:
+                raise self._refuse(
+                    attempt_id,
+                    "open",
+                    "opening twice: the test was opened already; it opens once",
+                    state.frozen,
+                )
             if state.no_release is not None:
                 raise self._refuse(
                     attempt_id,
@@ -322,11 +330,13 @@ class SealedTestStore(Generic[T]):
                     "opening before freezing: freeze the "
                     "selected candidate and its checkpoint first",
                 )
-            if state.opened:
+            elsewhere = opened_elsewhere(self.store, self.identity, self.test_splits)
+            if elsewhere is not None:
                 raise self._refuse(
                     attempt_id,
                     "open",
-                    "opening twice: the test was opened already; it opens once",
+                    f"these test splits were opened by study {elsewhere[0]!r} at {elsewhere[1]}; "
+                    "held-out data opens once: a new versioned study needs new held-out data",
                     state.frozen,
                 )
             self._end(attempt_id, "open", True, "opened after the freeze", state.frozen)
