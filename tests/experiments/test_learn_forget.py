@@ -22,18 +22,19 @@ from gaugelab.experiments._learn_forget_train import cell_ensemble, domain_batch
 from gaugelab.experiments._lora_data import base_model, load_corpus, pretrain_weights
 from gaugelab.experiments._lora_spec import ALL_TARGETS
 from gaugelab.experiments.learn_forget import (
-    NOT_SHOWN,
     STRESS_FILES,
     LearnForgetSpec,
     collect,
     default_stress,
     design_manifest,
+    not_shown,
     plan,
     quick_spec,
     release,
     run_learn_forget,
 )
 from gaugelab.experiments.lora import FinetuneSpec, PretrainSpec
+from gaugelab.study.sealed import SealedTestError
 from gaugelab.study.store import RunStore
 from gaugelab.study.sweep import run_sweep
 from gaugelab.tasks import two_domain_spec
@@ -90,11 +91,13 @@ def accepted(log, event):
 
 
 def selection_rule(recs, spec):
-    """§0x0BQ written out: the gates, then argmin (trainable parameters, rank, id)."""
+    """§0x0BQ written out over the trained candidates (the base is the reference, never
+    released): the gates, then argmin (trainable parameters, rank, id)."""
     feasible = [
         r
         for r in recs.values()
-        if r.operational.target_gain >= spec.min_target_gain
+        if r.method != "base"
+        and r.operational.target_gain >= spec.min_target_gain
         and r.operational.forgetting <= spec.max_forgetting
         and r.operational.stress_gain >= spec.min_stress_gain
     ]
@@ -314,7 +317,8 @@ def test_the_selection_is_the_feasible_candidate_of_least_parameters_then_rank_t
     decision = outcome.result.decision
     feasible, chosen = selection_rule(records(outcome.result), spec)
     assert sorted(decision.feasible) == feasible
-    assert decision.chosen == chosen == "base"  # every gate is open: nothing trained costs 0
+    assert decision.chosen == chosen == "lora-r1"  # every gate open: the fewest parameters
+    assert "base" not in decision.feasible and "base" in decision.frontier
 
 
 def test_the_full_update_energy_rank_is_recomputed_from_the_recorded_states(permissive):
@@ -342,8 +346,8 @@ def test_the_full_update_energy_rank_is_recomputed_from_the_recorded_states(perm
 def test_the_test_report_names_the_frozen_selection_and_the_full_reference(permissive):
     result = permissive[2].result
     test, measured = result.test, result.measured["a"]
-    assert test["selected"]["candidate"] == result.decision.chosen == "base"
-    assert test["selected"]["step"] == 0 and test["base"]["step"] == 0
+    assert test["selected"]["candidate"] == result.decision.chosen == "lora-r1"
+    assert test["selected"]["step"] == measured.chosen["lora-r1"] and test["base"]["step"] == 0
     assert test["full reference"]["step"] == measured.chosen["full"]
     for domain in DOMAINS:
         assert len(test["base"][domain]) == 1 and len(test["full reference"][domain]) == 2
@@ -375,25 +379,28 @@ def test_collect_alone_adds_no_access_event(permissive):
     assert before == after == result.access_log and len(after) == 3
 
 
-def test_a_gate_study_over_stored_cells_stays_sealed_until_release(permissive):
-    """Closing the base out by a target floor above its exact gain of 0 selects a trained
-    candidate; the study reuses every cell, and collect alone never opens its test."""
+def test_a_gate_study_over_stored_cells_cannot_reopen_the_splits_another_study_opened(
+    permissive,
+):
+    """A changed gate is a new study: it reuses every cell, and collect never opens its test;
+    its release freezes its own choice but is refused the held-out splits the first study
+    opened (a new versioned study needs new held-out data, seed 003 §0x0CH)."""
     store, _, _ = permissive
-    spec = quick_spec(**{**PERMISSIVE, "min_target_gain": 1e-12})
+    spec = quick_spec(**{**PERMISSIVE, "max_forgetting": 5.0})
     sweep = plan(spec)
     swept = run_sweep(sweep, store=store, max_workers=1, threads=1)
     assert swept.completed == [] and len(swept.skipped) == len(spec.candidate_ids())
     with RunStore(store, create=False) as db:
         sealed = collect(db, sweep.study)
         assert sealed.test is None and sealed.access_log == []
-        assert not sealed_store(db, sweep.study, spec).was_opened()
-        report = release(db, sweep.study)
+        with pytest.raises(SealedTestError, match="opened by study"):
+            release(db, sweep.study)
         result = collect(db, sweep.study)
-    feasible, chosen = selection_rule(records(result), spec)
-    assert "base" not in feasible and result.decision.chosen == chosen
-    assert report == result.test and report["selected"]["candidate"] == chosen
-    assert report["selected"]["step"] == result.measured["a"].chosen[chosen]
-    assert len(accepted(result.access_log, "open")) == 1
+    assert result.test is None
+    assert [(e["event"], e["accepted"]) for e in result.access_log] == [
+        ("freeze", True),
+        ("open", False),
+    ]
 
 
 def test_the_report_states_what_the_study_does_not_show(permissive):
@@ -401,7 +408,12 @@ def test_the_report_states_what_the_study_does_not_show(permissive):
     assert report is not None and report.name == "report.html"
     text = report.read_text()
     assert "What this study does not show" in text
-    assert NOT_SHOWN[0].startswith("What this study does not show")
+    paragraph = not_shown(permissive[2].result)
+    assert paragraph.startswith("What this study does not show")
+    # the paragraph describes this study: the quick model's full fine-tuning size, its seeds
+    full = next(r for r in permissive[2].result.measured["a"].records if r.method == "full")
+    assert f"({full.cost.trainable_parameters:,} parameters)" in paragraph
+    assert "2 seeds per candidate" in paragraph and "20 steps" in paragraph
 
 
 # --- 4. end to end, no release -------------------------------------------------------------

@@ -56,7 +56,10 @@ def learn_forget(
     ] = True,
     rslora_rank: Annotated[
         int | None,
-        typer.Option(help="rsLoRA (scale α/√r) at this rank (default 16; 4 --quick); 0: none."),
+        typer.Option(
+            help="rsLoRA (scale α/√r) at this rank (default: the largest of --ranks; 4 "
+            "--quick); 0: none."
+        ),
     ] = None,
     seeds: Annotated[
         str | None,
@@ -159,22 +162,27 @@ def learn_forget(
             min_stress_gain=min_stress_gain,
             max_tail=max_tail,
             stress=base.stress,
-            rslora_rank=base.rslora_rank if rslora_rank is None else (rslora_rank or None),
+            rslora_rank=max(template["ranks"], default=base.rslora_rank)
+            if rslora_rank is None
+            else (rslora_rank or None),
             checkpoints=None if steps is not None else base.checkpoints,
         )
         if checkpoints is not None:
             fields["checkpoints"] = comma_separated(checkpoints, OPTIONS["checkpoints"], int)
         if second_target is not None:
             c = base.finetune.pretrain.corpus
-            fields["second_target"] = two_domain_spec(
-                second_target,
-                retention=c.retention,
-                val_fraction=c.val_fraction,
-                test_fraction=c.test_fraction,
-                n_chunks=c.n_chunks,
-                seed=c.seed,
-                block_size=c.block_size,
-            )
+            try:
+                fields["second_target"] = two_domain_spec(
+                    second_target,
+                    retention=c.retention,
+                    val_fraction=c.val_fraction,
+                    test_fraction=c.test_fraction,
+                    n_chunks=c.n_chunks,
+                    seed=c.seed,
+                    block_size=c.block_size,
+                )
+            except (ValueError, FileNotFoundError) as exc:
+                raise ValueError(f"--second-target {str(second_target)!r}: {exc}") from None
         spec = LearnForgetSpec(finetune=FinetuneSpec.model_validate(template), **fields)
         sweep = plan(spec)
         total = len(sweep.specs())

@@ -374,8 +374,10 @@ def report(
 ) -> None:
     """Write a study's self-contained HTML report (spec, runs, tables, figures, failures).
 
-    A twins, zoo or dial study gets its experiment's report (the same tables, figures and
-    verdicts the command printed); any other study the generic one. A completed run whose files
+    A study of an experiment (twins, zoo, dial, lora finetune, lora twins, lora kernel,
+    intrinsic-dim, learn-forget) gets that experiment's report (the same tables, figures and
+    verdicts the command printed, never opening a sealed test); any other study the generic
+    one. A completed run whose files
     changed since it wrote them is counted as unverified, not completed, and named in one line.
     """
     try:

@@ -44,11 +44,20 @@ from gaugelab.experiments._learn_forget_spec import LearnForgetSpec
 from gaugelab.experiments._learn_forget_train import DOMAINS3, cell_ensemble, domain_batches
 from gaugelab.experiments._lora_data import base_model, load_corpus, pretrain_weights
 from gaugelab.lowrank import selection as sel
+from gaugelab.lowrank.design import check_unchanged
 from gaugelab.study.compare import feasible_selection, pareto_front
-from gaugelab.study.sealed import SealedTestStore
+from gaugelab.study.sealed import SealedTestSpec, SealedTestStore
 from gaugelab.study.store import RunStore
 
-__all__ = ["Decision", "Measured", "decide", "measure", "open_test", "sealed_store"]
+__all__ = [
+    "Decision",
+    "Measured",
+    "decide",
+    "measure",
+    "open_test",
+    "recorded_design",
+    "sealed_store",
+]
 
 
 def _mean(xs: list[float]) -> float:
@@ -253,29 +262,45 @@ def policy(spec: LearnForgetSpec, block: str = "a") -> sel.GatePolicy:
 
 
 def decide(spec: LearnForgetSpec, measured: Measured) -> Decision:
-    """Pareto front and gated selection over the measured records (validation only)."""
+    """Pareto front and gated selection over the measured records (validation only).
+
+    The base is on the frontier's ground (its record is the reference of every gain and
+    forgetting) but is never released: the study chooses among trained candidates, and an
+    empty feasible set is "no release", not "keep the base" (declared in the design)."""
     gates = policy(spec, measured.block)
     points = sel.selection_points(measured.records, gates)
     ids = [r.candidate_id for r in measured.records]
     front = pareto_front(points, gates.objectives())
     constraints = gates.constraints()
     order = gates.tie_break()
-    selection = feasible_selection(points, constraints, order)
+    trained = [i for i, r in enumerate(measured.records) if r.method != "base"]
+    selection = feasible_selection([points[i] for i in trained], constraints, order)
     return Decision(
         ids=ids,
         points=points,
         frontier=[ids[i] for i in front],
-        feasible=[ids[i] for i in selection.feasible],
-        chosen=None if selection.chosen is None else ids[selection.chosen],
+        feasible=[ids[trained[i]] for i in selection.feasible],
+        chosen=None if selection.chosen is None else ids[trained[selection.chosen]],
         reason=selection.reason,
-        violations={ids[i]: v for i, v in enumerate(selection.violations)},
+        violations={ids[trained[i]]: v for i, v in enumerate(selection.violations)},
         constraints=dict(constraints),
         order=[(k, str(d)) for k, d in order],
     )
 
 
-def sealed_store(store: RunStore, study: str, spec: LearnForgetSpec) -> SealedTestStore:
-    """The sealed test splits of the primary block (target, retention, stress)."""
+def recorded_design(store: RunStore, study: str) -> str | None:
+    """The design digest the study's seal was registered under, or ``None`` (no seal yet)."""
+    for run in store.runs(study):
+        if run.kind == SealedTestSpec.kind:
+            return str(run.spec["design_digest"])
+    return None
+
+
+def sealed_store(
+    store: RunStore, study: str, spec: LearnForgetSpec, design_digest: str | None = None
+) -> SealedTestStore:
+    """The sealed test splits of the primary block (target, retention, stress), under
+    ``design_digest`` (default: the spec's design manifest's digest)."""
     run_spec = spec.model_copy(update={"block": "a"})
 
     def load() -> dict[str, list]:
@@ -285,7 +310,7 @@ def sealed_store(store: RunStore, study: str, spec: LearnForgetSpec) -> SealedTe
     return SealedTestStore(
         store,
         study=study,
-        design_digest=design_manifest(spec).digest(),
+        design_digest=design_digest or design_manifest(spec).digest(),
         test_splits=split_ids(spec, "a", "test"),
         loader=load,
     )
@@ -308,13 +333,17 @@ def open_test(
     Returns:
         The test report (:func:`recorded_test`'s form).
     """
-    sealed = sealed_store(store, study, spec)
+    design = design_manifest(spec)
+    declared = recorded_design(store, study) or design.digest()
+    sealed = sealed_store(store, study, spec, declared)
     status = sealed.status()
     if status.report is not None or status.opened:
         return recorded_test(sealed)
+    if status.no_release is not None:
+        return None
+    check_unchanged(declared, design)  # a design changed after outcomes is a new study
     if decision.chosen is None:
-        if status.no_release is None:
-            sealed.record_no_release(decision.reason or "the feasible set is empty")
+        sealed.record_no_release(decision.reason or "the feasible set is empty")
         return None
     record = next(r for r in measured.records if r.candidate_id == decision.chosen)
     frozen = sealed.freeze(record.candidate_id, record.checkpoint_id, record.manifest_digest)

@@ -37,7 +37,8 @@ oriented before any difference (§0x0BB)."""
 QUESTION = (
     "Does LoRA learn less and forget less than full fine-tuning when the character model "
     "pretrained on tiny-shakespeare is adapted to Python standard-library source, how do both "
-    "move with rank, and which candidate do the declared gates select?"
+    "move with rank, and which trained candidate do the declared gates select (the "
+    "pretrained base is the reference of every gain and forgetting, never released)?"
 )
 ESTIMANDS = (
     "target gain per candidate: L_base − L_candidate on the target validation split",
@@ -171,6 +172,7 @@ def design_manifest(spec: LearnForgetSpec) -> DesignManifest:
             "target_gain": "max",
             "forgetting": "min",
             "stress_gain": "max",
+            "tail": "min",
             "cost": "min",
         },
         secondary_diagnostics=(

@@ -18,6 +18,7 @@ from gaugelab.experiments._learn_forget_decide import (
     Measured,
     decide,
     measure,
+    recorded_design,
     recorded_test,
     sealed_store,
 )
@@ -97,11 +98,12 @@ def collect(store: RunStore, study: str) -> LearnForgetResult:
     cells = read_cells(store, study, spec)
     measured = {b: measure(store, spec, cells, b) for b in spec.blocks()}
     decision = decide(spec, measured["a"]) if measured["a"].records else None
-    sealed = sealed_store(store, study, spec)
+    design = recorded_design(store, study) or design_manifest(spec).digest()
+    sealed = sealed_store(store, study, spec, design)
     return LearnForgetResult(
         spec=spec,
         study=study,
-        design_digest=design_manifest(spec).digest(),
+        design_digest=design,
         cells=cells,
         measured=measured,
         decision=decision,

@@ -125,11 +125,20 @@ class LearnForgetSpec(ExperimentSpec):
         description="Declared checkpoint steps (validation-selected); default the quarters of "
         "the fine-tuning steps.",
     )
-    min_target_gain: float = Field(0.5, description="Gate: target gain ≥ this (nats/char).")
-    max_forgetting: float = Field(0.3, description="Gate: forgetting ≤ this (nats/char).")
-    min_stress_gain: float = Field(0.0, description="Gate: stress gain ≥ this (nats/char).")
+    min_target_gain: float = Field(
+        0.5, allow_inf_nan=False, description="Gate: target gain ≥ this (nats/char)."
+    )
+    max_forgetting: float = Field(
+        0.3, allow_inf_nan=False, description="Gate: forgetting ≤ this (nats/char)."
+    )
+    min_stress_gain: float = Field(
+        0.0, allow_inf_nan=False, description="Gate: stress gain ≥ this (nats/char)."
+    )
     max_tail: float | None = Field(
         None,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
         description="Gate: relative energy tail of the full update at the candidate's rank ≤ "
         "this (a gate, never the objective); None: reported, not gated.",
     )
@@ -200,11 +209,13 @@ class LearnForgetSpec(ExperimentSpec):
         return self
 
     def checkpoint_steps(self) -> tuple[int, ...]:
-        """The declared checkpoints (default: the quarters of ``finetune.steps``)."""
+        """The declared checkpoints (default: the quarters of ``finetune.steps``, each rounded
+        down to a validation step, and the last step)."""
         if self.checkpoints is not None:
             return self.checkpoints
-        n = self.finetune.steps
-        return tuple(sorted({max(1, (n * q) // 4) for q in (1, 2, 3, 4)}))
+        n, every = self.finetune.steps, self.finetune.eval_every
+        quarters = {max(every, (n * q // 4) // every * every) for q in (1, 2, 3)}
+        return tuple(sorted({s for s in quarters if s < n} | {n}))
 
     def methods(self) -> list[tuple[str, int | None]]:
         """``(method, rank)`` of every candidate: full, LoRA per rank, rsLoRA."""

@@ -18,19 +18,45 @@ from gaugelab.experiments._learn_forget_train import DOMAINS3
 from gaugelab.experiments._lora_spec import ALL_TARGETS
 from gaugelab.study import report as rep
 
-__all__ = ["NOT_SHOWN", "notes", "report", "tables"]
+__all__ = ["not_shown", "notes", "report", "tables"]
 
-NOT_SHOWN = (
-    "What this study does not show: it is one small character model (a few hundred thousand "
-    "parameters) on one target corpus, two seeds per candidate, one learning rate per method "
-    "chosen before the study, a few hundred steps; the trade-off it measures is empirical and "
-    "local to this pipeline (seed 003 §0x0BD) — not a universal rank, not a reproduction of "
-    "biderman2024lora's Llama-2-7B results, not evidence that no lower-rank solution exists "
-    "(the full update's energy rank describes one optimizer's path, §0x0BF). The selected "
-    "candidate answers this study's declared gates only; other gates select differently "
-    "without any model changing (§0x0BS). Two seeds give a range, not a confidence interval "
-    "(§0x0CG). Overlap with the full update is geometry, not retention (§0x0BJ).",
-)
+
+def not_shown(result: LearnForgetResult) -> str:
+    """The paragraph on what the study does not show, for this study's size and design."""
+    ft = result.spec.finetune
+    full = next((r for r in result.measured["a"].records if r.method == "full"), None)
+    size = (
+        f"{full.cost.trainable_parameters:,} parameters"
+        if full is not None
+        else f"{ft.pretrain.n_layers} layers of width {ft.pretrain.d_model}"
+    )
+    n = len(ft.seeds)
+    blocks = len(result.spec.blocks())
+    corpora = (
+        "one target corpus" if blocks == 1 else f"{blocks} target corpora (block b only described)"
+    )
+    spread = (
+        "one seed gives no spread at all"
+        if n == 1
+        else f"{n} seeds give a range, not a confidence interval (§0x0CG)"
+    )
+    return (
+        f"What this study does not show: it is one small character model ({size}) on "
+        f"{corpora}, {n} seed{'s' if n != 1 else ''} per candidate, one learning rate per method "
+        f"chosen before the study, {ft.steps} steps; the trade-off it measures is empirical and "
+        "local to this pipeline (seed 003 §0x0BD) — not a universal rank, not a reproduction of "
+        "biderman2024lora's Llama-2-7B results, not evidence that no lower-rank solution exists "
+        "(the full update's energy rank describes one optimizer's path, §0x0BF). The selected "
+        "candidate answers this study's declared gates only; other gates select differently "
+        f"without any model changing (§0x0BS). {spread[0].upper() + spread[1:]}. Overlap with "
+        "the full update is geometry, not retention (§0x0BJ)."
+    )
+
+
+def _target_files(spec: Any, block: str) -> tuple:
+    ft = spec.finetune
+    corpus = spec.second_target if block == "b" else (ft.target_corpus or ft.pretrain.corpus)
+    return corpus.target.files
 
 
 def _fmt(x: float | None, digits: int = 3) -> str | None:
@@ -44,10 +70,15 @@ def candidate_table(result: LearnForgetResult, block: str) -> rep.Table:
     rows: list[list[Any]] = []
     for r in m.records:
         op = r.operational
-        tail = r.reconstruction.tail_energy if r.reconstruction is not None else None
+        lora = r.method in ("lora", "rslora")
+        tail = r.reconstruction.tail_energy if lora and r.reconstruction is not None else None
         overlap = m.overlaps.get(r.candidate_id)
         status = "—"
-        if decision is not None:
+        if r.method == "base":
+            status = "reference"
+        elif block != "a":
+            status = "described only"
+        elif decision is not None:
             broken = decision.violations.get(r.candidate_id, ())
             status = (
                 "selected"
@@ -60,6 +91,7 @@ def candidate_table(result: LearnForgetResult, block: str) -> rep.Table:
                 m.chosen.get(r.candidate_id, 0),
                 r.cost.trainable_parameters,
                 r.cost.optimizer_state_numel,
+                r.cost.wall_seconds if r.method != "base" else None,
                 op.target,
                 op.retention,
                 op.stress,
@@ -80,6 +112,7 @@ def candidate_table(result: LearnForgetResult, block: str) -> rep.Table:
             "checkpoint step",
             "trainable params",
             "optimizer state",
+            "wall s",
             "target val loss",
             "retention val loss",
             "stress val loss",
@@ -187,9 +220,9 @@ def factor_table(result: LearnForgetResult) -> rep.Table | None:
     )
 
 
-def energy_table(result: LearnForgetResult) -> rep.Table:
+def energy_table(result: LearnForgetResult, block: str = "a") -> rep.Table:
     """The full update's 90%-energy rank per layer and projection over checkpoints."""
-    energy = result.measured["a"].energy
+    energy = result.measured[block].energy
     order = {name: i for i, name in enumerate(ALL_TARGETS)}
     paths = sorted(
         {p for ranks in energy.values() for p in ranks},
@@ -197,7 +230,8 @@ def energy_table(result: LearnForgetResult) -> rep.Table:
     )
     rows = [[step, *(ranks.get(p) for p in paths)] for step, ranks in sorted(energy.items())]
     return rep.Table(
-        title="Full fine-tuning: energy rank r_0.9 of ΔW = W_ft − W_0 per layer and projection",
+        title=f"Full fine-tuning (block {block}): energy rank r_0.9 of ΔW = W_ft − W_0 per layer "
+        "and projection",
         columns=[
             "step",
             *(p.removeprefix("blocks.").replace(".attn", "").replace(".mlp", "") for p in paths),
@@ -228,6 +262,7 @@ def test_table(result: LearnForgetResult) -> rep.Table | None:
                 *(means[d] for d in DOMAINS3),
                 None if b is None else b["target"] - means["target"],
                 None if b is None else means["retention"] - b["retention"],
+                None if b is None else b["stress"] - means["stress"],
             ]
         )
     return rep.Table(
@@ -241,6 +276,7 @@ def test_table(result: LearnForgetResult) -> rep.Table | None:
             "stress test loss",
             "target gain",
             "forgetting",
+            "stress gain",
         ],
         rows=rows,
         caption=f"Frozen release {result.test.get('frozen', '')[:16]}…; the full fine-tuning "
@@ -251,18 +287,41 @@ def test_table(result: LearnForgetResult) -> rep.Table | None:
 def tables(result: LearnForgetResult) -> list[rep.Table]:
     """Candidates (each block), checkpoints, paired contrasts, energy ranks, the test."""
     out = [candidate_table(result, b) for b in result.measured]
-    out.append(checkpoint_table(result))
+    out += [checkpoint_table(result, b) for b in result.measured]
     if result.contrasts:
         out.append(contrast_table(result))
     factors = factor_table(result)
     if factors is not None:
         out.append(factors)
-    if result.measured["a"].energy:
-        out.append(energy_table(result))
+    out += [energy_table(result, b) for b, m in result.measured.items() if m.energy]
     test = test_table(result)
     if test is not None:
         out.append(test)
+    if result.access_log:
+        out.append(access_table(result))
     return out
+
+
+def access_table(result: LearnForgetResult) -> rep.Table:
+    """Every event of the sealed test store, accepted or refused, in order."""
+    rows = [
+        [
+            e["ordinal"],
+            e["event"],
+            "yes" if e["accepted"] else "refused",
+            e.get("at"),
+            (e.get("frozen") or {}).get("candidate_id"),
+            e.get("reason"),
+        ]
+        for e in result.access_log
+    ]
+    return rep.Table(
+        title="Sealed test: access log (every event, from the run store)",
+        columns=["#", "event", "accepted", "at (UTC)", "frozen candidate", "reason"],
+        rows=rows,
+        caption=f"Design digest {result.design_digest[:16]}…; the test opens once, only "
+        "after a freeze, and a changed gate is a new study that may not reopen these splits.",
+    )
 
 
 def notes(result: LearnForgetResult) -> list[str]:
@@ -293,9 +352,21 @@ def notes(result: LearnForgetResult) -> list[str]:
                 f"selected {d.chosen} at step {m.chosen.get(d.chosen, 0)} by the declared "
                 f"gates and tie-break (feasible: {', '.join(d.feasible)})"
             )
+    if "b" in result.measured:
+        a_digests = {f.sha256 for f in _target_files(result.spec, "a")}
+        shared = sorted(f.path for f in _target_files(result.spec, "b") if f.sha256 in a_digests)
+        line = (
+            "block b is described beside block a: it enters neither the selection nor the test "
+            "(pooling: none, declared in the design)"
+        )
+        if shared:
+            line += (
+                f"; it shares {len(shared)} file(s) with block a's target ({', '.join(shared[:3])})"
+            )
+        lines.append(line)
     if result.incomplete:
         lines.append(f"not complete (no record): {', '.join(result.incomplete)}")
-    lines.extend(NOT_SHOWN)
+    lines.append(not_shown(result))
     return lines
 
 

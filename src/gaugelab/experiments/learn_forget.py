@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from gaugelab.experiments._learn_forget_cells import read_cells
-from gaugelab.experiments._learn_forget_decide import Decision, Measured, decide, measure, open_test
+from gaugelab.experiments._learn_forget_decide import (
+    Decision,
+    Measured,
+    decide,
+    measure,
+    open_test,
+    policy,
+)
 from gaugelab.experiments._learn_forget_design import design_manifest
 from gaugelab.experiments._learn_forget_results import LearnForgetResult, collect
 from gaugelab.experiments._learn_forget_spec import (
@@ -35,7 +42,7 @@ from gaugelab.experiments._learn_forget_spec import (
     default_stress,
     quick_spec,
 )
-from gaugelab.experiments._learn_forget_views import NOT_SHOWN, notes, tables
+from gaugelab.experiments._learn_forget_views import not_shown, notes, tables
 from gaugelab.experiments._learn_forget_views import report as _report
 from gaugelab.experiments._lora_spec import FinetuneSpec
 from gaugelab.experiments._study import StudyOutcome, run_experiment, study_of_kind
@@ -44,7 +51,6 @@ from gaugelab.study.store import RunStore
 from gaugelab.study.sweep import Sweep
 
 __all__ = [
-    "NOT_SHOWN",
     "STRESS_FILES",
     "Decision",
     "LearnForgetResult",
@@ -53,6 +59,7 @@ __all__ = [
     "collect",
     "default_stress",
     "design_manifest",
+    "not_shown",
     "notes",
     "plan",
     "quick_spec",
@@ -74,7 +81,12 @@ def plan(spec: LearnForgetSpec, study: str | None = None) -> Sweep:
     so a new gate or a changed rank list reuses every stored cell. The study is named
     ``learn-forget-<identity[:12]>`` unless ``study`` is given; the pretrain run is not part of
     it (:func:`run_learn_forget` runs both).
+
+    Raises:
+        ValueError: the spec's design or gates are not admissible (nothing is run).
     """
+    design_manifest(spec)  # the design and the gates are checked before any run
+    policy(spec)
     finetune = FinetuneSpec.model_fields
     defaults = LearnForgetSpec.model_fields
     variants: list[dict[str, Any]] = []
