@@ -141,7 +141,7 @@ def learn_forget(
         tables,
     )
     from gaugelab.experiments.lora import FinetuneSpec
-    from gaugelab.tasks import two_domain_spec
+    from gaugelab.tasks.sources import path_source
 
     console = wide_console()
     try:
@@ -172,15 +172,7 @@ def learn_forget(
         if second_target is not None:
             c = base.finetune.pretrain.corpus
             try:
-                fields["second_target"] = two_domain_spec(
-                    second_target,
-                    retention=c.retention,
-                    val_fraction=c.val_fraction,
-                    test_fraction=c.test_fraction,
-                    n_chunks=c.n_chunks,
-                    seed=c.seed,
-                    block_size=c.block_size,
-                )
+                fields["second_target"] = c.with_target(path_source(second_target))
             except (ValueError, FileNotFoundError) as exc:
                 raise ValueError(f"--second-target {str(second_target)!r}: {exc}") from None
         spec = LearnForgetSpec(finetune=FinetuneSpec.model_validate(template), **fields)

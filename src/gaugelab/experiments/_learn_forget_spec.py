@@ -24,7 +24,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gaugelab.experiments._lora_spec import QUICK, FinetuneSpec, PretrainSpec
 from gaugelab.study.spec import ExperimentSpec
-from gaugelab.tasks import TwoDomainSpec, two_domain_spec
+from gaugelab.tasks import TwoDomainSpec
 from gaugelab.tasks.sources import stdlib_source
 
 __all__ = [
@@ -77,16 +77,7 @@ def default_finetune() -> FinetuneSpec:
 
 def default_stress(pretrain: PretrainSpec | None = None) -> TwoDomainSpec:
     """The stress corpus: the pretrain corpus with :data:`STRESS_FILES` as its target."""
-    base = (pretrain or PretrainSpec()).corpus
-    return two_domain_spec(
-        stdlib_source(STRESS_FILES),
-        retention=base.retention,
-        val_fraction=base.val_fraction,
-        test_fraction=base.test_fraction,
-        n_chunks=base.n_chunks,
-        seed=base.seed,
-        block_size=base.block_size,
-    )
+    return (pretrain or PretrainSpec()).corpus.with_target(stdlib_source(STRESS_FILES))
 
 
 class LearnForgetSpec(ExperimentSpec):
@@ -190,18 +181,17 @@ class LearnForgetSpec(ExperimentSpec):
         for name, other in (("stress", self.stress), ("second_target", self.second_target)):
             if other is None:
                 continue
-            fixed = ("retention", "val_fraction", "test_fraction", "n_chunks", "seed", "block_size")
-            differ = [k for k in fixed if getattr(other, k) != getattr(base, k)]
+            differ = base.differs_beyond_target(other)
             if differ:
                 raise ValueError(
                     f"LearnForgetSpec: {name} differs from the pretrain corpus in {differ}; "
                     "allowed: another target domain only"
                 )
-        trained = {f.path for f in (ft.target_corpus or base).target.files}
+        trained = {f.sha256 for f in (ft.target_corpus or base).target.files}
         if self.second_target is not None:
-            trained |= {f.path for f in self.second_target.target.files}
-        shared = sorted(trained & {f.path for f in self.stress.target.files})
-        if shared and self.stress.target.kind == (ft.target_corpus or base).target.kind:
+            trained |= {f.sha256 for f in self.second_target.target.files}
+        shared = sorted(f.path for f in self.stress.target.files if f.sha256 in trained)
+        if shared:  # byte-identical files, wherever they were read from
             raise ValueError(
                 f"LearnForgetSpec: the stress domain shares {shared} with a target domain; "
                 "allowed: held-out files only"

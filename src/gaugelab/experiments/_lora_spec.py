@@ -230,10 +230,7 @@ class FinetuneSpec(ExperimentSpec):
             raise ValueError(f"FinetuneSpec: init={self.init!r}; allowed: {allowed}")
         other = self.target_corpus
         if other is not None:
-            fixed = ("retention", "val_fraction", "test_fraction", "n_chunks", "seed",
-                     "block_size")  # fmt: skip
-            base = self.pretrain.corpus
-            differ = [k for k in fixed if getattr(other, k) != getattr(base, k)]
+            differ = self.pretrain.corpus.differs_beyond_target(other)
             if differ:
                 raise ValueError(
                     f"FinetuneSpec: target_corpus differs from the pretrain corpus in {differ}; "

@@ -55,6 +55,20 @@ class TwoDomainSpec(BaseModel):
         n_test = int(self.test_fraction * self.n_chunks + 0.5)
         return self.n_chunks - n_val - n_test, n_val, n_test
 
+    def with_target(self, target: TextSource) -> TwoDomainSpec:
+        """This corpus with another target domain: the same retention text, chunking, split
+        seed and windows (validated again).
+
+        Raises:
+            pydantic.ValidationError: the new target's chunks are too short for the windows.
+        """
+        return TwoDomainSpec.model_validate({**dict(self), "target": target})
+
+    def differs_beyond_target(self, other: TwoDomainSpec) -> list[str]:
+        """The fields other than ``target`` in which ``other`` differs from this corpus."""
+        return [k for k in type(self).model_fields if k != "target" and getattr(self, k) !=
+                getattr(other, k)]  # fmt: skip
+
     @model_validator(mode="after")
     def _check(self) -> TwoDomainSpec:
         counts = self.chunk_counts()
