@@ -116,3 +116,14 @@ def test_a_checkpoint_past_the_steps_reads_in_the_commands_terms(tmp_path):
     result = invoke("learn-forget", "--quick", "--checkpoints", "30", "--store", tmp_path / "s")
     assert result.exit_code == 2
     assert "finetune.--" not in result.output
+
+
+def test_runs_list_names_a_cells_candidate_and_block():
+    from gaugelab.cli.runs import trains
+    from gaugelab.experiments.learn_forget import plan, quick_spec
+
+    cells = plan(quick_spec()).specs()
+    assert [trains("learn-forget", c.spec_dict()) for c in cells] == [
+        f"{c} (block a)" for c in quick_spec().candidate_ids()
+    ]
+    assert trains("learn-forget", {"candidate": None}) is None  # another version's spec

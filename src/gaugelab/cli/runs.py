@@ -122,8 +122,8 @@ def _find_run(db: "RunStore", prefix: str) -> "RunRow":
 
 def trains(kind: str, spec: dict[str, Any]) -> str | None:
     """What a run trains, as its experiment names it: a twin run's optimizer, a zoo run's
-    rules (or its convex row), a dial run's settings of p (or gd); None for other kinds or a
-    spec this version cannot read.
+    rules (or its convex row), a dial run's settings of p (or gd), a learn-forget cell's
+    candidate and block; None for other kinds or a spec this version cannot read.
 
     Read from the stored spec's fields (as ``ZooSpec.labels()`` / ``DialSpec.labels()`` name
     them; tests/cli/test_startup.py checks the two agree), so that listing runs imports no
@@ -132,6 +132,10 @@ def trains(kind: str, spec: dict[str, Any]) -> str | None:
     if kind == "twins":
         twin = spec.get("twin")
         return twin.get("optimizer") if isinstance(twin, dict) else None
+    if kind == "learn-forget":
+        candidate, block = spec.get("candidate"), spec.get("block")
+        ok = isinstance(candidate, str) and isinstance(block, str)
+        return f"{candidate} (block {block})" if ok else None
     if kind == "zoo":
         rows, extra = spec.get("rules"), {"convex": ZOO_CONVEX_LABEL}
     elif kind == "dial":
