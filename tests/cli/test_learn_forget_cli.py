@@ -127,3 +127,24 @@ def test_runs_list_names_a_cells_candidate_and_block():
         f"{c} (block a)" for c in quick_spec().candidate_ids()
     ]
     assert trains("learn-forget", {"candidate": None}) is None  # another version's spec
+
+
+def test_a_second_gate_study_is_refused_the_opened_test_in_one_line_and_a_report(tmp_path):
+    """The quick study (default gates) leaves the test sealed; an open-gate study opens it
+    once; a third gate study over the same cells is refused the splits, says so, reports."""
+    store = tmp_path / "s.sqlite"
+    assert invoke("learn-forget", "--quick", "--store", store).exit_code == 0
+    opened = invoke("learn-forget", "--quick", *OPEN_GATES, "0", "--store", store)
+    assert opened.exit_code == 0, opened.output
+    assert "selected lora-r1" in opened.output and "Held-out test" in opened.output
+    refused = invoke("learn-forget", "--quick", *OPEN_GATES, "-1", "--store", store)
+    assert refused.exit_code == 0, refused.output
+    assert "Traceback" not in refused.output
+    assert "the test was refused: these test splits were opened by study" in refused.output
+    assert "report: " in refused.output
+    events = sorted(p.name for p in store.parent.glob(f"{store.name}.artifacts/*/events/*"))
+    # quick: no-release; open gates: freeze, open, report; the third: freeze, refused open
+    assert len(events) == 6 and not (store.parent / "sealed-test").exists()
+
+
+OPEN_GATES = ("--max-forgetting", "10", "--min-stress-gain", "-1", "--min-target-gain")

@@ -38,7 +38,7 @@ def pareto_figure(result: LearnForgetResult) -> Figure:
             edgecolors="k" if on_front else "none",
             linewidths=1.2,
             label=r.candidate_id + (" (selected)" if chosen else ""),
-            zorder=3,
+            zorder=4 if chosen else 3,
         )
     xlim, ylim = ax.get_xlim(), ax.get_ylim()  # the data's view: far gates are not drawn
     spec = result.spec

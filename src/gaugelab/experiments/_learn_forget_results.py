@@ -44,6 +44,8 @@ class LearnForgetResult:
         test: the recorded test report, or ``None`` (sealed, or no release).
         access_log: the sealed store's events (freeze, opening, refusals, no release).
         incomplete: ``<block>/<candidate>`` of cells without a complete record.
+        current_design_digest: the digest this version computes for the spec's design (differs
+            from ``design_digest`` when the study was sealed under an earlier design).
     """
 
     spec: LearnForgetSpec
@@ -56,6 +58,7 @@ class LearnForgetResult:
     test: dict[str, Any] | None = None
     access_log: list[dict[str, Any]] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
+    current_design_digest: str | None = None
 
     @property
     def failures(self) -> list[Any]:
@@ -98,12 +101,14 @@ def collect(store: RunStore, study: str) -> LearnForgetResult:
     cells = read_cells(store, study, spec)
     measured = {b: measure(store, spec, cells, b) for b in spec.blocks()}
     decision = decide(spec, measured["a"]) if measured["a"].records else None
-    design = recorded_design(store, study) or design_manifest(spec).digest()
+    current = design_manifest(spec).digest()
+    design = recorded_design(store, study) or current
     sealed = sealed_store(store, study, spec, design)
     return LearnForgetResult(
         spec=spec,
         study=study,
         design_digest=design,
+        current_design_digest=current,
         cells=cells,
         measured=measured,
         decision=decision,

@@ -13,50 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from gaugelab.experiments._learn_forget_figures import energy_figure, pareto_figure
+from gaugelab.experiments._learn_forget_notes import notes
 from gaugelab.experiments._learn_forget_results import LearnForgetResult
 from gaugelab.experiments._learn_forget_train import DOMAINS3
 from gaugelab.experiments._lora_spec import ALL_TARGETS
 from gaugelab.study import report as rep
 
-__all__ = ["not_shown", "notes", "report", "tables"]
-
-
-def not_shown(result: LearnForgetResult) -> str:
-    """The paragraph on what the study does not show, for this study's size and design."""
-    ft = result.spec.finetune
-    full = next((r for r in result.measured["a"].records if r.method == "full"), None)
-    size = (
-        f"{full.cost.trainable_parameters:,} parameters"
-        if full is not None
-        else f"{ft.pretrain.n_layers} layers of width {ft.pretrain.d_model}"
-    )
-    n = len(ft.seeds)
-    blocks = len(result.spec.blocks())
-    corpora = (
-        "one target corpus" if blocks == 1 else f"{blocks} target corpora (block b only described)"
-    )
-    spread = (
-        "one seed gives no spread at all"
-        if n == 1
-        else f"{n} seeds give a range, not a confidence interval (§0x0CG)"
-    )
-    return (
-        f"What this study does not show: it is one small character model ({size}) on "
-        f"{corpora}, {n} seed{'s' if n != 1 else ''} per candidate, one learning rate per method "
-        f"chosen before the study, {ft.steps} steps; the trade-off it measures is empirical and "
-        "local to this pipeline (seed 003 §0x0BD) — not a universal rank, not a reproduction of "
-        "biderman2024lora's Llama-2-7B results, not evidence that no lower-rank solution exists "
-        "(the full update's energy rank describes one optimizer's path, §0x0BF). The selected "
-        "candidate answers this study's declared gates only; other gates select differently "
-        f"without any model changing (§0x0BS). {spread[0].upper() + spread[1:]}. Overlap with "
-        "the full update is geometry, not retention (§0x0BJ)."
-    )
-
-
-def _target_files(spec: Any, block: str) -> tuple:
-    ft = spec.finetune
-    corpus = spec.second_target if block == "b" else (ft.target_corpus or ft.pretrain.corpus)
-    return corpus.target.files
+__all__ = ["report", "tables"]
 
 
 def _fmt(x: float | None, digits: int = 3) -> str | None:
@@ -211,7 +174,7 @@ def factor_table(result: LearnForgetResult) -> rep.Table | None:
     if not rows:
         return None
     return rep.Table(
-        title="LoRA factors at the chosen checkpoint (the §0x08L record, summarised)",
+        title="LoRA factors at the chosen checkpoint (block a; the §0x08L record, summarised)",
         columns=["candidate", "‖A‖_F", "‖B‖_F", "‖s·B A‖_F", "numerical rank of s·B A"],
         rows=rows,
         caption="Norms pooled over the adapted projections (root of the summed squares), mean "
@@ -324,52 +287,6 @@ def access_table(result: LearnForgetResult) -> rep.Table:
     )
 
 
-def notes(result: LearnForgetResult) -> list[str]:
-    """The verdict lines (learning and forgetting against full fine-tuning, the selection, the
-    test), then what the study does not show."""
-    lines: list[str] = []
-    m = result.measured["a"]
-    ops = {r.candidate_id: r.operational for r in m.records}
-    full = ops.get("full")
-    if full is not None:
-        for cid, op in ops.items():
-            if cid in ("full", "base"):
-                continue
-            learns = "less" if op.target_gain < full.target_gain else "more"
-            forgets = "less" if op.forgetting < full.forgetting else "more"
-            lines.append(
-                f"{cid}: learns {learns} (gain {op.target_gain:.3f} vs "
-                f"{full.target_gain:.3f}) and forgets {forgets} (forgetting "
-                f"{op.forgetting:.3f} vs {full.forgetting:.3f}) than full "
-                "fine-tuning on validation"
-            )
-    d = result.decision
-    if d is not None:
-        if d.chosen is None:
-            lines.append(f"{d.reason}; the test stays sealed")
-        else:
-            lines.append(
-                f"selected {d.chosen} at step {m.chosen.get(d.chosen, 0)} by the declared "
-                f"gates and tie-break (feasible: {', '.join(d.feasible)})"
-            )
-    if "b" in result.measured:
-        a_digests = {f.sha256 for f in _target_files(result.spec, "a")}
-        shared = sorted(f.path for f in _target_files(result.spec, "b") if f.sha256 in a_digests)
-        line = (
-            "block b is described beside block a: it enters neither the selection nor the test "
-            "(pooling: none, declared in the design)"
-        )
-        if shared:
-            line += (
-                f"; it shares {len(shared)} file(s) with block a's target ({', '.join(shared[:3])})"
-            )
-        lines.append(line)
-    if result.incomplete:
-        lines.append(f"not complete (no record): {', '.join(result.incomplete)}")
-    lines.append(not_shown(result))
-    return lines
-
-
 def report(result: LearnForgetResult, out_dir: str | os.PathLike[str]) -> Path:
     """Write the study's HTML report (notes, tables, the Pareto and energy-rank figures, the
     failures, the spec) into ``out_dir``; returns ``report.html``.
@@ -386,7 +303,8 @@ def report(result: LearnForgetResult, out_dir: str | os.PathLike[str]) -> Path:
                 folder,
                 "pareto",
                 caption="Target gain against forgetting per candidate (validation, mean over "
-                "seeds); ringed: the Pareto front (with stress gain and cost); dashed: the gates.",
+                "seeds); ringed: the Pareto front (with stress gain and cost); star: the selected "
+                "candidate; dashed: the gates (when inside the view).",
             )
         )
     if result.measured["a"].energy:

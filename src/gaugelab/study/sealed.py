@@ -15,8 +15,9 @@ Persistence uses the existing tables only (no schema change): the seal is one ru
 the study; each event is one attempt of that run, ended ``completed`` when accepted and
 ``admission_failure`` when refused, with the event's canonical JSON as the attempt's message
 and as a ``test-access`` artifact file beside the store
-(``<store folder>/sealed-test/<run id[:16]>/<ordinal>-<event>.json``). An event is decided
-while this process holds an open attempt taken with :meth:`RunStore.claim`, so two processes
+(``<store folder>/<store name>.artifacts/<run id[:16]>/events/<ordinal>-<event>.json``,
+beside the store's other run files, so two stores in one folder never share one). An event is
+decided while this process holds an open attempt taken with :meth:`RunStore.claim`, so two processes
 never both open the test.
 
 Source: seed 003 §0x0BI (no test leakage into selection), §0x0BT (held-out test is a report),
@@ -244,7 +245,8 @@ class SealedTestStore(Generic[T]):
         }
         text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         ordinal = self.store.attempt(attempt_id).ordinal
-        folder = self.store.path.parent / "sealed-test" / self.identity[:16]
+        store_path = self.store.path
+        folder = store_path.parent / f"{store_path.name}.artifacts" / self.identity[:16] / "events"
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{ordinal:06d}-{event}.json"
         with open(path, "x", encoding="utf-8") as f:  # never overwrite an event
