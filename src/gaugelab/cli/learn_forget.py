@@ -188,20 +188,25 @@ def learn_forget(
         f"seeds {list(ft.seeds)}, {ft.steps} steps, checkpoints "
         f"{list(spec.checkpoint_steps())}; store {store}"
     )
-    outcome = run_with_bars(
-        console,
-        header,
-        "learn-forget cells",
-        run_learn_forget,
-        spec,
-        store=store,
-        executor=executor,
-        max_workers=max_workers,
-        threads=threads,
-        address=address,
-        report_dir=out,
-        study_name=sweep.study,
-    )
+    from gaugelab.study.sealed import SealedTestError
+
+    try:
+        outcome = run_with_bars(
+            console,
+            header,
+            "learn-forget cells",
+            run_learn_forget,
+            spec,
+            store=store,
+            executor=executor,
+            max_workers=max_workers,
+            threads=threads,
+            address=address,
+            report_dir=out,
+            study_name=sweep.study,
+        )
+    except SealedTestError as exc:  # the seal's log refuses or cannot be trusted: one line
+        raise fail(exc) from None
     result = outcome.result
     shown = [t for t in tables(result) if t.title.startswith(("Candidates", "Held-out"))]
     lines = [Text(n) for n in notes(result)]
