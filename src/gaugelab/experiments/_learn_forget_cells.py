@@ -97,8 +97,7 @@ def read_cells(store: RunStore, study: str, spec: LearnForgetSpec) -> list[Cell]
         if kinds.get(run.identity) != LearnForgetSpec.kind:  # e.g. the sealed test's run
             continue
         run_spec = LearnForgetSpec.model_validate(run.spec)
-        methods = dict(zip(run_spec.candidate_ids(), run_spec.methods(), strict=True))
-        method, rank = methods[run_spec.candidate]
+        method, rank = run_spec.candidate_method()
         state, data = completed_result(store, run)
         cell = Cell(run_spec.block, run_spec.candidate, method, rank, run_spec, state)
         if data is not None:

@@ -71,20 +71,12 @@ def _corpus_digest(corpus: TwoDomainSpec, domain: str) -> str:
     return _digest(source.model_dump_json() + repr(fixed))
 
 
-def _block_corpus(spec: LearnForgetSpec, block: str) -> TwoDomainSpec:
-    ft = spec.finetune
-    if block == "b":
-        assert spec.second_target is not None
-        return spec.second_target
-    return ft.target_corpus or ft.pretrain.corpus
-
-
 def split_ids(spec: LearnForgetSpec, block: str, split: str) -> tuple[str, str, str]:
     """``(target, retention, stress)`` ids of ``split`` (``"val"`` or ``"test"``) in ``block``:
     ``<domain>:<split>:<digest of the text and its split rule, 16 hex>:<evaluation batches>``."""
     p = spec.finetune.pretrain
     batches = f"seed{p.eval_seed}x{p.val_batches}x{p.val_batch_size}"
-    corpus = _block_corpus(spec, block)
+    corpus = spec.block_corpus(block)
     digests = {
         "target": _corpus_digest(corpus, "target"),
         "retention": _corpus_digest(corpus, "retention"),
@@ -145,7 +137,7 @@ def design_manifest(spec: LearnForgetSpec) -> DesignManifest:
             regime="continued pretraining (next character)",
             data_budget=tokens,
             target_surface=tuple(ft.targets),
-            data_revision=_corpus_digest(_block_corpus(spec, b), "target")[:16],
+            data_revision=_corpus_digest(spec.block_corpus(b), "target")[:16],
             tokenizer_revision=_corpus_digest(p.corpus, "retention")[:16],
             base_checkpoint=p.identity()[:16],
             evaluator_revision=f"member_losses:{p.dtype}:eval_seed={p.eval_seed}",
@@ -201,9 +193,7 @@ def candidate_manifest(run_spec: LearnForgetSpec, trainable: int) -> CandidateMa
     """The immutable manifest of a run's candidate (§0x0BG's fourteen field groups)."""
     ft = run_spec.run_finetune()
     p = ft.pretrain
-    method, rank = dict(zip(run_spec.candidate_ids(), run_spec.methods(), strict=True))[
-        run_spec.candidate
-    ]
+    method, rank = run_spec.candidate_method()
     val = split_ids(run_spec, run_spec.block, "val")
     lora = rank is not None
     return CandidateManifest(
@@ -220,7 +210,7 @@ def candidate_manifest(run_spec: LearnForgetSpec, trainable: int) -> CandidateMa
         schedule=f"warm-up {ft.warmup}, cosine to 0.1, lr {ft.lr if lora else ft.full_lr:g}",
         precision=p.dtype,
         clipping=None,
-        data_hash=_corpus_digest(_block_corpus(run_spec, run_spec.block), "target")[:16],
+        data_hash=_corpus_digest(run_spec.block_corpus(), "target")[:16],
         sample_order="torch.Generator(seed) per seed",
         token_budget=ft.steps * ft.batch_size * p.corpus.block_size,
         seeds=tuple(ft.seeds),
@@ -255,7 +245,7 @@ def base_manifest(spec: LearnForgetSpec, block: str) -> CandidateManifest:
         schedule="none",
         precision=p.dtype,
         clipping=None,
-        data_hash=_corpus_digest(_block_corpus(spec, block), "target")[:16],
+        data_hash=_corpus_digest(spec.block_corpus(block), "target")[:16],
         sample_order="none",
         token_budget=0,
         seeds=(),

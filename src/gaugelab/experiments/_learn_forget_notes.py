@@ -6,8 +6,6 @@ Source: biderman2024lora; seed 003 §0x0BD (the trade-off is empirical), §0x0BF
 
 from __future__ import annotations
 
-from typing import Any
-
 from gaugelab.experiments._learn_forget_results import LearnForgetResult
 
 __all__ = ["not_shown", "notes"]
@@ -43,12 +41,6 @@ def not_shown(result: LearnForgetResult) -> str:
         f"without any model changing (§0x0BS). {spread[0].upper() + spread[1:]}. Overlap with "
         "the full update is geometry, not retention (§0x0BJ)."
     )
-
-
-def _target_files(spec: Any, block: str) -> tuple:
-    ft = spec.finetune
-    corpus = spec.second_target if block == "b" else (ft.target_corpus or ft.pretrain.corpus)
-    return corpus.target.files
 
 
 def notes(result: LearnForgetResult) -> list[str]:
@@ -91,8 +83,9 @@ def notes(result: LearnForgetResult) -> list[str]:
     if refused and not opened:
         lines.append(f"the test was refused: {refused[-1]['reason']}")
     if "b" in result.measured:
-        a_digests = {f.sha256 for f in _target_files(result.spec, "a")}
-        shared = sorted(f.path for f in _target_files(result.spec, "b") if f.sha256 in a_digests)
+        a_digests = {f.sha256 for f in result.spec.block_corpus("a").target.files}
+        b_files = result.spec.block_corpus("b").target.files
+        shared = sorted(f.path for f in b_files if f.sha256 in a_digests)
         line = (
             "block b is described beside block a: it enters neither the selection nor the test "
             "(pooling: none, declared in the design)"

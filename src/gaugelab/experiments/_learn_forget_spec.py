@@ -219,6 +219,25 @@ class LearnForgetSpec(ExperimentSpec):
         """The candidates' ids in declaration order."""
         return [candidate_id(m, r) for m, r in self.methods()]
 
+    def candidate_method(self) -> tuple[str, int | None]:
+        """``(method, rank)`` of a run's candidate.
+
+        Raises:
+            ValueError: the spec is a study's (no ``candidate``).
+        """
+        if self.candidate is None:
+            raise ValueError("LearnForgetSpec: a study spec has no run candidate (plan(spec))")
+        return dict(zip(self.candidate_ids(), self.methods(), strict=True))[self.candidate]
+
+    def block_corpus(self, block: str | None = None) -> TwoDomainSpec:
+        """The two-domain corpus of ``block`` (default: the run's): block ``b`` the second
+        target, block ``a`` the fine-tuning protocol's target corpus (or the pretrain's)."""
+        if (block or self.block) == "b":
+            if self.second_target is None:
+                raise ValueError("LearnForgetSpec: block 'b' needs second_target")
+            return self.second_target
+        return self.finetune.target_corpus or self.finetune.pretrain.corpus
+
     def blocks(self) -> tuple[str, ...]:
         """``("a",)`` or ``("a", "b")``."""
         return BLOCKS if self.second_target is not None else BLOCKS[:1]
@@ -229,15 +248,13 @@ class LearnForgetSpec(ExperimentSpec):
         Raises:
             ValueError: the spec is a study's (no ``candidate``).
         """
-        if self.candidate is None:
-            raise ValueError("LearnForgetSpec: a study spec has no run candidate (plan(spec))")
-        method, rank = dict(zip(self.candidate_ids(), self.methods(), strict=True))[self.candidate]
+        method, rank = self.candidate_method()
         data = self.finetune.spec_dict()
         data.update(
             full=method == "full", ranks=[] if rank is None else [rank], rslora=method == "rslora"
         )
         if self.block == "b":
-            data["target_corpus"] = self.second_target.model_dump(mode="json")
+            data["target_corpus"] = self.block_corpus().model_dump(mode="json")
         return FinetuneSpec.model_validate(data)
 
     def seed_roles(self) -> dict[str, int]:

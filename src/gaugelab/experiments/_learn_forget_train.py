@@ -41,12 +41,11 @@ def state_name(step: int) -> str:
 def cell_corpora(spec: LearnForgetSpec) -> tuple[TwoDomainText, TwoDomainText]:
     """``(corpus, stress)``: the cell's two-domain corpus (its block's target, the pretrain
     vocabulary) and the stress corpus (encoded with the pretrain vocabulary)."""
-    ft = spec.finetune
-    corpus = load_corpus(ft.pretrain.corpus)
-    chars = corpus.chars
+    pretrain = spec.finetune.pretrain.corpus
+    chars = load_corpus(pretrain).chars
     stress = load_corpus(spec.stress, vocabulary=chars)
-    if spec.block == "b":
-        corpus = load_corpus(spec.second_target, vocabulary=chars)
+    target = spec.block_corpus()
+    corpus = load_corpus(pretrain) if target == pretrain else load_corpus(target, vocabulary=chars)
     return corpus, stress
 
 
