@@ -45,9 +45,8 @@ from gaugelab.experiments._learn_forget_spec import (
 )
 from gaugelab.experiments._learn_forget_views import report as _report
 from gaugelab.experiments._learn_forget_views import tables
-from gaugelab.experiments._lora_spec import FinetuneSpec
 from gaugelab.experiments._study import StudyOutcome, run_experiment, study_of_kind
-from gaugelab.experiments.lora import plan_pretrain
+from gaugelab.experiments.lora import candidate_fields, plan_pretrain
 from gaugelab.lowrank.design import DesignChanged
 from gaugelab.study.sealed import SealedTestError
 from gaugelab.study.store import RunStore
@@ -72,7 +71,6 @@ __all__ = [
     "tables",
 ]
 
-_LORA_ONLY = ("alpha_ratio", "targets", "init", "lr")
 _GATES = ("min_target_gain", "max_forgetting", "min_stress_gain", "max_tail")
 
 
@@ -90,33 +88,21 @@ def plan(spec: LearnForgetSpec, study: str | None = None) -> Sweep:
     """
     design_manifest(spec)  # the design and the gates are checked before any run
     policy(spec)
-    finetune = FinetuneSpec.model_fields
-    defaults = LearnForgetSpec.model_fields
+    gates = {k: LearnForgetSpec.model_fields[k].get_default() for k in _GATES}
     variants: list[dict[str, Any]] = []
     for block in spec.blocks():
         for (method, rank), cid in zip(spec.methods(), spec.candidate_ids(), strict=True):
-            ft = spec.finetune.spec_dict()
-            if method == "full":
-                ft.update(full=True, ranks=[])
-                ft.update({k: _default(finetune[k]) for k in _LORA_ONLY})
-            else:
-                ft.update(full=False, ranks=[rank], full_lr=_default(finetune["full_lr"]))
             variant = {
                 "candidate": cid,
                 "block": block,
-                "finetune": ft,
+                "finetune": {**spec.finetune.spec_dict(), **candidate_fields(rank)},
                 "rslora_rank": rank if method == "rslora" else None,
-                **{k: _default(defaults[k]) for k in _GATES},
+                **gates,
             }
             if block == "a":
                 variant["second_target"] = None
             variants.append(variant)
     return Sweep(spec, variants=variants, name=study or f"learn-forget-{spec.identity()[:12]}")
-
-
-def _default(info: Any) -> Any:
-    value = info.get_default(call_default_factory=True)
-    return list(value) if isinstance(value, tuple) else value
 
 
 def report(result: LearnForgetResult, out_dir: str | os.PathLike[str]) -> Path:

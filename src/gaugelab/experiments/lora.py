@@ -62,6 +62,7 @@ __all__ = [
     "LoraResult",
     "ModuleReport",
     "PretrainSpec",
+    "candidate_fields",
     "collect",
     "curve_figure",
     "inspect_lora",
@@ -100,15 +101,20 @@ def plan(spec: FinetuneSpec, study: str | None = None) -> Sweep:
     Raises:
         ValueError: (from :meth:`Sweep.specs`) a candidate the spec rejects.
     """
-    defaults = FinetuneSpec.model_fields
-    variants: list[dict[str, Any]] = []
-    if spec.full:
-        reset = {k: _default(defaults[k]) for k in _LORA_ONLY}
-        variants.append({"full": True, "ranks": [], **reset})
-    for r in spec.ranks:
-        reset = {k: _default(defaults[k]) for k in _FULL_ONLY}
-        variants.append({"full": False, "ranks": [r], **reset})
+    variants = ([candidate_fields(None)] if spec.full else []) + [
+        candidate_fields(r) for r in spec.ranks
+    ]
     return Sweep(spec, variants=variants, name=study or f"lora-finetune-{spec.identity()[:12]}")
+
+
+def candidate_fields(rank: int | None) -> dict[str, Any]:
+    """The :class:`FinetuneSpec` fields of one candidate's run: ``full`` alone (``rank``
+    ``None``) or one LoRA rank, with the options that candidate does not read set to their
+    defaults (full fine-tuning: the LoRA options; LoRA: ``full_lr``), so the same candidate is
+    the same run in every study that asks for it."""
+    reset = _LORA_ONLY if rank is None else _FULL_ONLY
+    defaults = {k: _default(FinetuneSpec.model_fields[k]) for k in reset}
+    return {"full": rank is None, "ranks": [] if rank is None else [rank], **defaults}
 
 
 def _default(info: Any) -> Any:
