@@ -161,9 +161,11 @@ def measure(store: RunStore, spec: LearnForgetSpec, cells: list[Cell], block: st
     if full is not None:
         with deterministic():
             for step in spec.checkpoint_steps():
-                ranks = energy_ranks(full_deltas(spec, base, read_state(full.states[step])))
+                deltas = full_deltas(spec, base, read_state(full.states[step]))
+                ranks = energy_ranks(deltas)
                 out.energy[step] = {p: _mean([float(v) for v in r]) for p, r in ranks.items()}
-            full_delta = full_deltas(spec, base, read_state(full.states[out.chosen["full"]]))
+                if step == out.chosen["full"]:
+                    full_delta = deltas
     manifests = []
     for cid in ["base", *(c for c in spec.candidate_ids() if c in done)]:
         cell = done.get(cid)
@@ -182,10 +184,9 @@ def measure(store: RunStore, spec: LearnForgetSpec, cells: list[Cell], block: st
             checkpoint_id, seconds = _checkpoint_id(cell, step), float(cell.seconds or 0.0)
             if cell.rank is not None:
                 with deterministic():
-                    delta = lora_deltas(cell.spec, base, read_state(cell.states[step]))
-                    summary = factor_summary(
-                        cell.spec, base, read_state(cell.states[step]), step, means["target"]
-                    )
+                    ensemble = cell_ensemble(cell.spec, base, read_state(cell.states[step]))
+                    delta = lora_deltas(ensemble)
+                    summary = factor_summary(cell.spec, ensemble, step, means["target"])
                 trajectory = sel.Trajectory(summary=summary)
                 if full_delta is not None:
                     reconstruction, subspace = _against_full(

@@ -23,7 +23,8 @@ import math
 import torch
 
 from gaugelab.experiments._learn_forget_spec import LearnForgetSpec
-from gaugelab.experiments._learn_forget_train import DOMAINS3, cell_ensemble
+from gaugelab.experiments._learn_forget_train import DOMAINS3
+from gaugelab.experiments._lora_spec import ALL_TARGETS
 from gaugelab.experiments._lora_train import lr_factor, member_losses
 from gaugelab.lowrank.factor_diagnostics import factor_diagnostics
 from gaugelab.lowrank.ranks import energy_rank
@@ -66,8 +67,6 @@ def full_deltas(
 ) -> dict[str, torch.Tensor]:
     """Projection path → ``[E, d_out, d_in]`` float64 ``W_ft − W_0`` of a full fine-tuning state,
     for every projection of :data:`~gaugelab.experiments.lora.ALL_TARGETS` in every layer."""
-    from gaugelab.experiments._lora_spec import ALL_TARGETS
-
     weights = dict(base.named_parameters())
     out = {}
     for layer in range(spec.finetune.pretrain.n_layers):
@@ -78,11 +77,9 @@ def full_deltas(
     return out
 
 
-def lora_deltas(
-    spec: LearnForgetSpec, base: Transformer, state: dict[str, torch.Tensor]
-) -> dict[str, torch.Tensor]:
-    """Projection path → ``[E, d_out, d_in]`` float64 ``s·B A`` of a LoRA state."""
-    ensemble = cell_ensemble(spec, base, state)
+def lora_deltas(ensemble: Ensemble) -> dict[str, torch.Tensor]:
+    """Projection path → ``[E, d_out, d_in]`` float64 ``s·B A`` of a LoRA cell's ensemble
+    (:func:`~gaugelab.experiments._learn_forget_train.cell_ensemble` with its state)."""
     per_member = []
     for e in range(ensemble.n_members):
         layers = lora_modules(ensemble.member(e))
@@ -96,20 +93,15 @@ def lora_deltas(
 
 
 def factor_summary(
-    spec: LearnForgetSpec,
-    base: Transformer,
-    state: dict[str, torch.Tensor],
-    step: int,
-    loss: float,
+    spec: LearnForgetSpec, ensemble: Ensemble, step: int, loss: float
 ) -> dict[str, float]:
     """The §0x08L factor record (:func:`gaugelab.lowrank.factor_diagnostics.factor_diagnostics`)
-    of every adapted module and seed of a LoRA state, summarised: ``norm_A``, ``norm_B``,
-    ``norm_update`` (root of the summed squares over modules, mean over seeds) and
-    ``numerical_rank`` (mean over modules and seeds) — trajectory evidence, not feature
-    learning (§0x0BJ)."""
+    of every adapted module and seed of a LoRA cell's ensemble at ``step``, summarised:
+    ``norm_A``, ``norm_B``, ``norm_update`` (root of the summed squares over modules, mean
+    over seeds) and ``numerical_rank`` (mean over modules and seeds) — trajectory evidence,
+    not feature learning (§0x0BJ)."""
     ft = spec.run_finetune()
     lr = ft.lr * lr_factor(step - 1, ft.steps, ft.warmup)
-    ensemble = cell_ensemble(spec, base, state)
     tokens = step * ft.batch_size * ft.pretrain.corpus.block_size
     totals = {"norm_A": [], "norm_B": [], "norm_update": [], "numerical_rank": []}
     for e in range(ensemble.n_members):

@@ -18,6 +18,7 @@ from gaugelab.experiments._learn_forget_decide import (
     Measured,
     decide,
     measure,
+    open_test,
     recorded_design,
     recorded_test,
     sealed_store,
@@ -90,17 +91,27 @@ def contrasts(spec: LearnForgetSpec, measured: dict[str, Measured]) -> list[Pair
     return out
 
 
-def collect(store: RunStore, study: str) -> LearnForgetResult:
-    """The :class:`LearnForgetResult` of a study (never opens its test).
+def collect(store: RunStore, study: str, *, release: bool = False) -> LearnForgetResult:
+    """The :class:`LearnForgetResult` of a study.
+
+    Args:
+        store, study: the run store and the study's name.
+        release: after measuring and deciding, freeze the choice and open the sealed test once
+            (:func:`~gaugelab.experiments._learn_forget_decide.open_test`; or record "no
+            release"). Default False: the test is never opened, the recorded report is read.
 
     Raises:
         ValueError: no such study, or not a ``learn-forget`` study.
+        SelectionError: (``release``) a record fails closed.
+        SealedTestError, DesignChanged: (``release``) the seal refuses the opening.
     """
     row = study_of_kind(store, study, LearnForgetSpec)
     spec = LearnForgetSpec.model_validate(row.spec)
     cells = read_cells(store, study, spec)
     measured = {b: measure(store, spec, cells, b) for b in spec.blocks()}
     decision = decide(spec, measured["a"]) if measured["a"].records else None
+    if release and decision is not None:
+        open_test(store, study, spec, cells, measured["a"], decision)
     current = design_manifest(spec).digest()
     design = recorded_design(store, study) or current
     sealed = sealed_store(store, study, spec, design)

@@ -25,13 +25,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gaugelab.experiments._learn_forget_cells import read_cells
 from gaugelab.experiments._learn_forget_decide import (
     Decision,
     Measured,
-    decide,
-    measure,
-    open_test,
     policy,
 )
 from gaugelab.experiments._learn_forget_design import design_manifest
@@ -45,7 +41,7 @@ from gaugelab.experiments._learn_forget_spec import (
 )
 from gaugelab.experiments._learn_forget_views import report as _report
 from gaugelab.experiments._learn_forget_views import tables
-from gaugelab.experiments._study import StudyOutcome, run_experiment, study_of_kind
+from gaugelab.experiments._study import StudyOutcome, run_experiment
 from gaugelab.experiments.lora import candidate_fields, plan_pretrain
 from gaugelab.lowrank.design import DesignChanged
 from gaugelab.study.sealed import SealedTestError
@@ -129,23 +125,19 @@ def release(store: RunStore, study: str) -> dict[str, Any] | None:
     Raises:
         ValueError: no such study or not a ``learn-forget`` study.
         SelectionError: a record fails closed (NaN, missing metric, mixed revision, …).
+        SealedTestError, DesignChanged: the seal refuses the opening (logged in the store).
     """
-    spec = LearnForgetSpec.model_validate(study_of_kind(store, study, LearnForgetSpec).spec)
-    cells = read_cells(store, study, spec)
-    measured = measure(store, spec, cells, "a")
-    if not measured.records:
-        return None
-    return open_test(store, study, spec, cells, measured, decide(spec, measured))
+    return collect(store, study, release=True).test
 
 
 def _release_then_collect(store: RunStore, study: str) -> LearnForgetResult:
-    """:func:`release`, then :func:`collect`; a refused test (its splits opened by another
-    study, or a changed design) is already in the seal's access log, which the notes report."""
+    """:func:`collect` with the release (measured and decided once); a refused test (its
+    splits opened by another study, or a changed design) is already in the seal's access log,
+    which the notes report."""
     try:
-        release(store, study)
+        return collect(store, study, release=True)
     except (SealedTestError, DesignChanged):
-        pass
-    return collect(store, study)
+        return collect(store, study)
 
 
 def run_learn_forget(
