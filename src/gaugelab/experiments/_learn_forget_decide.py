@@ -357,10 +357,8 @@ def open_test(
         base = base_model(spec.finetune.pretrain, weights, corpus.d_vocab)
         roles = {"base": (base_ensemble(base), 0)}
         for role, cid in (("selected", decision.chosen), ("full reference", "full")):
-            cell = by_id.get(cid)
-            if cid == "base":
-                roles[role] = roles["base"]
-            elif cell is not None:
+            cell = by_id.get(cid)  # the selection is a trained candidate (decide)
+            if cell is not None:
                 step = measured.chosen[cid]
                 roles[role] = (cell_ensemble(cell.spec, base, read_state(cell.states[step])), step)
         for role, (ensemble, step) in roles.items():

@@ -26,7 +26,7 @@ def not_shown(result: LearnForgetResult) -> str:
         "one target corpus" if blocks == 1 else f"{blocks} target corpora (block b only described)"
     )
     spread = (
-        "one seed gives no spread at all"
+        "One seed gives no spread at all"
         if n == 1
         else f"{n} seeds give a range, not a confidence interval (§0x0CG)"
     )
@@ -38,7 +38,7 @@ def not_shown(result: LearnForgetResult) -> str:
         "biderman2024lora's Llama-2-7B results, not evidence that no lower-rank solution exists "
         "(the full update's energy rank describes one optimizer's path, §0x0BF). The selected "
         "candidate answers this study's declared gates only; other gates select differently "
-        f"without any model changing (§0x0BS). {spread[0].upper() + spread[1:]}. Overlap with "
+        f"without any model changing (§0x0BS). {spread}. Overlap with "
         "the full update is geometry, not retention (§0x0BJ)."
     )
 

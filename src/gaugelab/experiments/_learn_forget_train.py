@@ -13,7 +13,6 @@ selected on validation only); biderman2024lora.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import safetensors.torch
@@ -21,7 +20,7 @@ import torch
 
 from gaugelab.determinism import deterministic
 from gaugelab.experiments._learn_forget_spec import LearnForgetSpec
-from gaugelab.experiments._lora_data import eval_batches, load_corpus, pretrain_weights
+from gaugelab.experiments._lora_data import eval_batches, load_corpus
 from gaugelab.experiments._lora_train import finetune_members, member_losses, train_finetune
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.study.store import StoreError
@@ -111,10 +110,7 @@ def train_cell(spec: LearnForgetSpec, run: Any) -> None:
         }
         path = run.directory / state_name(step)
         data = safetensors.torch.save(state)
-        if (
-            path.exists()
-            and hashlib.sha256(path.read_bytes()).digest() != hashlib.sha256(data).digest()
-        ):
+        if path.exists() and path.read_bytes() != data:
             raise StoreError(
                 f"{path}: the state an earlier attempt recorded at step {step} differs from "
                 "this attempt's; the run did not reproduce itself (delete the run's folder to "
@@ -126,5 +122,4 @@ def train_cell(spec: LearnForgetSpec, run: Any) -> None:
         losses = member_losses(ensemble, stress_val).tolist()
         run.log(step, {f"stress/val_loss{s}": v for s, v in zip(suffixes, losses, strict=True)})
 
-    pretrain_weights(run.store, ft.pretrain)  # admission before any work
-    train_finetune(ft, run, after_update=record)
+    train_finetune(ft, run, after_update=record)  # admits the pretrain run before training
