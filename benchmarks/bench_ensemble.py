@@ -17,12 +17,11 @@ GFLOP/s are at the median time.
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from gaugelab.cli.bench import matmul_rate, ratio_cell, time_calls
-from gaugelab.determinism import deterministic
+from gaugelab.determinism import deterministic, torch_compile
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.tasks import ModularArithmetic
 
@@ -58,7 +57,7 @@ def _case(overrides: dict, n_examples: int, number: int, repeat: int, kinds: tup
     for m in models:  # validate once here, as the ensemble does per call, not inside the loop:
         m.validate_inputs(x)  # a compiled model would break its graph at the .item() checks
         m.check_inputs = False
-    compiled = [torch.compile(m, dynamic=False) for m in models]
+    compiled = [torch_compile(m, dynamic=False) for m in models]
 
     def loop_step(forwards=models):
         for m, forward in zip(models, forwards, strict=True):

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
-from gaugelab.determinism import deterministic
+from gaugelab.determinism import deterministic, torch_compile
 from gaugelab.lowrank import factored_svd
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora
@@ -123,7 +123,7 @@ class _CompiledModel(nn.Module):
         super().__init__()
         self.model = copy.deepcopy(model)
         self.model.check_inputs = False
-        self.__dict__["compiled"] = torch.compile(self.model, dynamic=False)
+        self.__dict__["compiled"] = torch_compile(self.model, dynamic=False)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         self.model.validate_inputs(tokens)

@@ -3,19 +3,49 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
+
+__all__ = ["deterministic", "torch_compile"]
+
+_COMPILER_CONFIG = "torch._inductor.config"
+
+
+def _set(mode: bool, warn_only: bool) -> None:
+    # torch.use_deterministic_algorithms also sets the compiler's own flag, and to do so imports
+    # the whole compiler stack (torch._inductor, torch._dynamo, sympy: about 2 s and 100 MiB)
+    # into every process, most of which never compile. The flag matters only to a compilation,
+    # so it is set here once the compiler is loaded, and by torch_compile before one.
+    if _COMPILER_CONFIG in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
 
 
 @contextlib.contextmanager
 def deterministic() -> Iterator[None]:
     """``torch.use_deterministic_algorithms(True)`` for the duration (the previous setting is
     restored after). Ensemble members that start equal stay bitwise equal under it, compiled
-    or not (see :class:`gaugelab.models.Ensemble`)."""
+    or not (see :class:`gaugelab.models.Ensemble`). The compiler's flag
+    (``torch._inductor.config.deterministic``) follows it wherever the compiler is loaded;
+    compile through :func:`torch_compile` so that it does."""
     before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    _set(True, False)
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before)
+        _set(before, warn_only)
+
+
+def torch_compile(fn: Callable, **options: Any) -> Callable:
+    """``torch.compile(fn, **options)`` with the compiler's deterministic flag set to the
+    current ``torch.are_deterministic_algorithms_enabled()`` (see :func:`deterministic`, which
+    keeps the two together from then on)."""
+    import torch._inductor.config as compiler
+
+    compiler.deterministic = torch.are_deterministic_algorithms_enabled()
+    return torch.compile(fn, **options)

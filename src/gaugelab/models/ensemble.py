@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from gaugelab.determinism import torch_compile
 from gaugelab.models._member_native import (
     NativeTransformer,
     Weights,
@@ -219,7 +220,7 @@ class Ensemble(nn.Module):
                           in_dims=dims, randomness="error")  # fmt: skip
         if not compiled:
             return vectorized
-        self._compiled[dims] = torch.compile(vectorized, dynamic=False)
+        self._compiled[dims] = torch_compile(vectorized, dynamic=False)
         return self._compiled[dims]
 
     def _native_forward(self, stacked, shared, tokens: torch.Tensor) -> torch.Tensor:
@@ -232,7 +233,7 @@ class Ensemble(nn.Module):
         key = ("native", tokens.dim(), tuple(m.merged for m in self._native.loras.values()))
         if key not in self._compiled:
             native = self._native
-            self._compiled[key] = torch.compile(
+            self._compiled[key] = torch_compile(
                 lambda s, h, t: native.forward(Weights(s, h), t, E, compiled_attention(t)),
                 dynamic=False,
             )

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from gaugelab.errors import NonFiniteError
+from gaugelab.optim._compiler_guard import torch_method
 
 # How a state entry transforms when its parameter ``p`` becomes ``p @ M``:
 COVARIANT = (
@@ -117,11 +118,24 @@ class ZooMixin:
             self._check_group(group)
 
     def add_param_group(self, param_group: dict) -> None:  # type: ignore[override]
-        super().add_param_group(param_group)  # type: ignore[misc]
+        torch_method(super().add_param_group)(param_group)  # type: ignore[misc]
         group = self.param_groups[-1]
         if "member_dims" in self.defaults:
             group.setdefault("member_dims", self.defaults["member_dims"])
             self._check_group(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """``torch.optim.Optimizer.zero_grad`` (see :mod:`gaugelab.optim._compiler_guard`)."""
+        torch_method(super().zero_grad)(set_to_none)  # type: ignore[misc]
+
+    def state_dict(self) -> dict:
+        """``torch.optim.Optimizer.state_dict`` (see :mod:`gaugelab.optim._compiler_guard`)."""
+        return torch_method(super().state_dict)()  # type: ignore[misc]
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """``torch.optim.Optimizer.load_state_dict`` (see
+        :mod:`gaugelab.optim._compiler_guard`)."""
+        torch_method(super().load_state_dict)(state_dict)  # type: ignore[misc]
 
     def _check_group(self, group: dict) -> None:
         """Validate a group's parameters against the rule (shapes, member dims)."""

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 
 from gaugelab.optim._base import ZooMixin
+from gaugelab.optim._compiler_guard import torch_method
 
 
 class TorchRule(ZooMixin):
@@ -18,7 +19,9 @@ class TorchRule(ZooMixin):
 
     def step(self, closure: Callable[[], torch.Tensor] | None = None):  # type: ignore[override]
         loss = self._evaluate(closure)
-        super().step()  # type: ignore[misc]
+        # torch's step wrapper sets this grad mode; see gaugelab.optim._compiler_guard
+        with torch.set_grad_enabled(self.defaults.get("differentiable", False)):
+            torch_method(super().step)()  # type: ignore[misc]
         return loss
 
 
