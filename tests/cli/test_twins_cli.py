@@ -45,9 +45,7 @@ def test_a_two_step_run_prints_the_triplet_and_is_reused_when_run_again(tmp_path
          "--store a-file/s.sqlite: {tmp}/a-file is a regular file, not a folder"),
     ],
 )  # fmt: skip
-def test_bad_options_are_one_line_errors_naming_the_option(
-    tmp_path, monkeypatch, args, message
-):
+def test_bad_options_are_one_line_errors_naming_the_option(tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "short.txt").write_text("short text\n")  # 11 characters
     (tmp_path / "a-file").write_text("x")

@@ -211,9 +211,7 @@ def test_a_bad_store_is_one_line_before_any_header_or_bar(tmp_path):
         (("dial", "--threads", "0"), "--threads 0; allowed: an integer >= 1"),
     ],
 )
-def test_every_bad_option_is_named_with_its_value_before_any_header_or_bar(
-    tmp_path, args, message
-):
+def test_every_bad_option_is_named_with_its_value_before_any_header_or_bar(tmp_path, args, message):
     store = tmp_path / "s.sqlite"
     result = invoke(*args, "--store", str(store))
     assert result.exit_code == 2, result.output
