@@ -19,10 +19,11 @@ def _set(mode: bool, warn_only: bool) -> None:
     # the whole compiler stack (torch._inductor, torch._dynamo, sympy: about 2 s and 100 MiB)
     # into every process, most of which never compile. The flag matters only to a compilation,
     # so it is set here once the compiler is loaded, and by torch_compile before one.
-    if _COMPILER_CONFIG in sys.modules:
+    direct = getattr(torch._C, "_set_deterministic_algorithms", None)  # what torch's setter calls
+    if _COMPILER_CONFIG in sys.modules or direct is None:
         torch.use_deterministic_algorithms(mode, warn_only=warn_only)
     else:
-        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+        direct(mode, warn_only=warn_only)
 
 
 @contextlib.contextmanager

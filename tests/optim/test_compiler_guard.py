@@ -8,9 +8,13 @@ import sys
 import pytest
 import torch
 
-from gaugelab.optim import make_optimizer
+from gaugelab.optim import _compiler_guard, make_optimizer
 from gaugelab.optim._base import ZooMixin
 from gaugelab.optim._compiler_guard import torch_method
+
+# the guard's view of "not loaded": removing torch._dynamo from sys.modules instead would
+# make the next import of it re-run half a package
+_NOT_LOADED = "gaugelab-test: no such module"
 
 _FRESH = """
 import json, sys
@@ -59,15 +63,15 @@ def test_torch_method_is_the_guard_once_the_compiler_is_loaded(monkeypatch):
     w = torch.zeros(2, 2, requires_grad=True)
     opt = make_optimizer("adam", [w], lr=0.1)
     guarded = torch.optim.Optimizer.zero_grad
-    monkeypatch.setitem(sys.modules, "torch._dynamo", sys.modules.get("torch._dynamo", object()))
+    monkeypatch.setattr(_compiler_guard, "_COMPILER", "sys")  # a module always loaded
     assert torch_method(super(ZooMixin, opt).zero_grad).__func__ is guarded
-    monkeypatch.delitem(sys.modules, "torch._dynamo")
+    monkeypatch.setattr(_compiler_guard, "_COMPILER", _NOT_LOADED)
     unguarded = torch_method(super(ZooMixin, opt).zero_grad)
     assert unguarded.__func__ is guarded.__wrapped__ and unguarded.__self__ is opt
 
 
 def test_a_method_that_wraps_nothing_is_returned_as_is(monkeypatch):
-    monkeypatch.delitem(sys.modules, "torch._dynamo", raising=False)
+    monkeypatch.setattr(_compiler_guard, "_COMPILER", _NOT_LOADED)
 
     class Plain:
         def f(self):
@@ -80,7 +84,7 @@ def test_a_method_that_wraps_nothing_is_returned_as_is(monkeypatch):
 @pytest.mark.parametrize("name", ["gd", "adam"])
 def test_the_unguarded_step_runs_outside_autograd_as_torch_s_wrapper_sets_it(name, monkeypatch):
     # with grad enabled, the in-place update of a leaf that requires grad would raise
-    monkeypatch.delitem(sys.modules, "torch._dynamo", raising=False)
+    monkeypatch.setattr(_compiler_guard, "_COMPILER", _NOT_LOADED)
     w = torch.ones(2, 2, requires_grad=True)
     opt = make_optimizer(name, [w], lr=0.1)
     (w**2).sum().backward()
