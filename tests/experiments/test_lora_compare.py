@@ -193,3 +193,23 @@ def test_compose_checks_shapes_against_the_base_before_writing(study, tmp_path):
     assert not any(out.iterdir()) and not any(p.name.startswith(".") for p in tmp_path.iterdir())
     composed = compose_lora(["lora r=2"], out, store=study, study="main", evaluate=False)
     assert composed.out == out and Adapter.load(out).modules[module].r == 2
+
+
+def test_inspect_evaluates_a_run_on_the_target_corpus_it_was_fine_tuned_on(study):
+    from gaugelab.experiments.lora import inspect_lora
+
+    result = inspect_lora("lora r=2", store=study, study="half0")
+    # the merged adapter on the run's own validation batches is its logged final loss
+    assert result.reference["target"] == pytest.approx(result.reference["logged_target"], rel=1e-5)
+    spec = quick_spec(ranks=(2,), full=False, steps=10)
+    with open_store(study) as db:
+        weights = pretrain_weights(db, spec.pretrain)
+    chars = load_corpus(spec.pretrain.corpus).chars
+    half0 = load_corpus(two_domain_spec(stdlib_source(HALVES[0]), block_size=64), vocabulary=chars)
+    model = base_model(spec.pretrain, weights, len(chars) + 1)
+    own = mean_loss(model, eval_batches(half0, spec.pretrain)["target"])
+    pretrain = mean_loss(
+        model, eval_batches(load_corpus(spec.pretrain.corpus), spec.pretrain)["target"]
+    )
+    assert result.reference["base_target"] == pytest.approx(own, rel=1e-12)
+    assert abs(own - pretrain) > 1e-3  # the two targets are told apart

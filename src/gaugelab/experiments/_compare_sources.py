@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus
+from gaugelab.experiments._lora_data import base_model, eval_batches, finetune_corpus, load_corpus
 from gaugelab.experiments._lora_ladder import mean_loss
 from gaugelab.experiments._lora_sources import (
     CANDIDATE,
@@ -175,10 +175,8 @@ def target_batches(found: Found):
     s = found.source
     if s.pretrain is None:
         return None
-    corpus = load_corpus(s.pretrain.corpus)
-    if found.spec is not None and found.spec.target_corpus is not None:
-        corpus = load_corpus(found.spec.target_corpus, vocabulary=corpus.chars)
-    return eval_batches(corpus, s.pretrain)
+    target = None if found.spec is None else found.spec.target_corpus
+    return eval_batches(finetune_corpus(s.pretrain, target), s.pretrain)
 
 
 def merged_model(found: Found, deltas: dict[str, torch.Tensor]) -> Transformer:

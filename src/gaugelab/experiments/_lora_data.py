@@ -21,8 +21,8 @@ from gaugelab.models import Transformer
 from gaugelab.study.runner import AdmissionError
 from gaugelab.tasks import TwoDomainSpec, TwoDomainText
 
-__all__ = ["BASE_PREFIX", "DOMAINS", "base_model", "eval_batches", "load_corpus",
-           "pretrain_weights", "read_adapter_bytes"]  # fmt: skip
+__all__ = ["BASE_PREFIX", "DOMAINS", "base_model", "eval_batches", "finetune_corpus",
+           "load_corpus", "pretrain_weights", "read_adapter_bytes"]  # fmt: skip
 
 DOMAINS = ("retention", "target")
 BASE_PREFIX = "gaugelab:lora-pretrain:"
@@ -38,6 +38,15 @@ def load_corpus(spec: TwoDomainSpec, vocabulary: tuple[str, ...] | None = None) 
     the pretrain and every candidate of a study share it. Read-only. ``vocabulary``: encode
     with these characters instead of the corpus's own (a fine-tuning ``target_corpus``)."""
     return TwoDomainText(spec, vocabulary=vocabulary)
+
+
+def finetune_corpus(pretrain: PretrainSpec, target_corpus: TwoDomainSpec | None) -> TwoDomainText:
+    """The corpus a fine-tuning run trains and is evaluated on: the pretrain corpus, or its
+    ``target_corpus`` (when set) encoded with the pretrain corpus's vocabulary."""
+    corpus = load_corpus(pretrain.corpus)
+    if target_corpus is None:
+        return corpus
+    return load_corpus(target_corpus, vocabulary=corpus.chars)
 
 
 def eval_batches(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus
+from gaugelab.experiments._lora_data import base_model, eval_batches, finetune_corpus
 from gaugelab.experiments._lora_ladder import (
     JointRow,
     LadderRow,
@@ -223,7 +223,7 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
     if not evidence:
         result.not_computed.append("evidence ladder: not asked for (evidence=False)")
         return result
-    corpus = load_corpus(found.pretrain.corpus)
+    corpus = finetune_corpus(found.pretrain, found.target_corpus)
     val = eval_batches(corpus, found.pretrain)
     model = base_model(found.pretrain, found.weights, corpus.d_vocab)
     result.reference["base_target"] = mean_loss(model, val["target"])

@@ -23,6 +23,7 @@ from gaugelab.experiments._lora_data import (
 from gaugelab.experiments._lora_spec import FinetuneSpec, PretrainSpec
 from gaugelab.experiments._study import ArtifactError, verified_bytes, verified_json
 from gaugelab.study.store import RunStore
+from gaugelab.tasks import TwoDomainSpec
 
 __all__ = ["CANDIDATE", "Source", "candidate_run", "resolve_path", "resolve_run"]
 
@@ -44,6 +45,7 @@ class Source:
     logged: dict[str, float] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     adapter: Adapter | None = None  # the adapter read (LoRA), with its configuration
+    target_corpus: TwoDomainSpec | None = None  # a run's fine-tuning target, when not pretrain's
 
 
 def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -> Source:
@@ -153,7 +155,8 @@ def resolve_run(store: RunStore, prefix: str, seed: int | None) -> Source:
         files = {a.path.name: verified_bytes(a) for a in artifacts
                  if a.kind == "adapter" and a.path.parent.name == name}  # fmt: skip
         return _from_adapter(read_adapter_bytes(files), where, store, label=label, seed=seed,
-                             pretrain=spec.pretrain, weights=weights, logged=logged)  # fmt: skip
+                             pretrain=spec.pretrain, weights=weights, logged=logged,
+                             target_corpus=spec.target_corpus)  # fmt: skip
     data = verified_bytes(next(a for a in artifacts if a.kind == "deltas" and a.path.name == name))
     deltas = safetensors.torch.load(data)
     targets = tuple(spec.targets)
@@ -166,4 +169,4 @@ def resolve_run(store: RunStore, prefix: str, seed: int | None) -> Source:
             others[key] = value
     dtype = next(iter(dense.values())).dtype
     return Source(where, label, "full", seed, {}, dense, others, dtype, spec.pretrain, weights,
-                   logged)  # fmt: skip
+                   logged, target_corpus=spec.target_corpus)  # fmt: skip

@@ -37,6 +37,7 @@ from gaugelab.experiments._lora_data import (
     Batches,
     base_model,
     eval_batches,
+    finetune_corpus,
     load_corpus,
     pretrain_weights,
 )
@@ -340,10 +341,8 @@ def train_finetune(
     weights = pretrain_weights(store, spec.pretrain)
     label = "full" if rank is None else f"{'rslora' if spec.rslora else 'lora'} r={rank}"
     with deterministic():
-        corpus = load_corpus(spec.pretrain.corpus)
-        base = base_model(spec.pretrain, weights, corpus.d_vocab)
-        if spec.target_corpus is not None:  # another target, the pretrain vocabulary
-            corpus = load_corpus(spec.target_corpus, vocabulary=corpus.chars)
+        corpus = finetune_corpus(spec.pretrain, spec.target_corpus)
+        base = base_model(spec.pretrain, weights, corpus.d_vocab)  # the pretrain vocabulary
         members = finetune_members(spec, base)
         ensemble = Ensemble(members, sdpa=True)  # member-native, fused attention
         trainable = [p for p in ensemble.parameters() if p.requires_grad]
