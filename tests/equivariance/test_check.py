@@ -206,3 +206,13 @@ def test_float32_check_gives_the_claimed_orthogonal_verdict(rule):
     report = check_equivariance(rule, dtype=torch.float32, **FAST)
     assert report.dtype == "float32" and report.tolerance == 1e-5
     assert report.verdict == CLAIMS[rule]["orthogonal"].property
+
+
+def test_a_rule_that_refuses_the_problem_s_parameters_is_named_with_the_problem():
+    # scaled-gd steps factor pairs; the attention problem's 9 matrices are not pairs
+    with pytest.raises(
+        ValueError,
+        match=r"scaled-gd on the 'attention' problem: the optimizer "
+        r"refuses the problem's 9 parameters \(\(3, 16\), .*pairs of factors",
+    ):
+        check_equivariance("scaled-gd", problem="attention", steps=1, draws=1)

@@ -151,14 +151,22 @@ def _closure_style(step: Callable) -> str | None:
     return None
 
 
-def _run(factory, problem, initial: list[torch.Tensor], steps: int):
+def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str):
     """``steps`` steps from ``initial``; the check itself sets every gradient before each step.
 
     Returns ``(trajectory, missing)``: the parameters after each step, and the indices of the
-    parameters whose gradient was ``None`` after a backward pass.
+    parameters whose gradient was ``None`` after a backward pass. ``label`` names the optimizer
+    and the problem in the error raised when the optimizer refuses the parameters.
     """
     params = [p.clone().requires_grad_(True) for p in initial]
-    opt = factory(params)
+    try:
+        opt = factory(params)
+    except ValueError as exc:
+        shapes = ", ".join(str(tuple(p.shape)) for p in params)
+        raise ValueError(
+            f"check_equivariance: {label}: the optimizer refuses the problem's {len(params)} "
+            f"parameters ({shapes}): {exc}"
+        ) from None
     style = _closure_style(opt.step)
     missing: set[int] = set()
     step = 0
@@ -301,7 +309,9 @@ def check_equivariance(
     missing: set[int] = set()
 
     def run(start):
-        trajectory, no_grad = _run(factory, task, start, steps)
+        trajectory, no_grad = _run(
+            factory, task, start, steps, f"{name} on the {problem!r} problem"
+        )
         missing.update(no_grad)
         return trajectory
 
