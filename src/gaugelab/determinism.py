@@ -16,7 +16,7 @@ _COMPILER_CONFIG = "torch._inductor.config"
 
 def _set(mode: bool, warn_only: bool) -> None:
     # torch.use_deterministic_algorithms also sets the compiler's own flag, and to do so imports
-    # the whole compiler stack (torch._inductor, torch._dynamo, sympy: about 2 s and 100 MiB)
+    # the whole compiler stack (torch._inductor, torch._dynamo, sympy: over a second and ~70 MiB)
     # into every process, most of which never compile. The flag matters only to a compilation,
     # so it is set here once the compiler is loaded, and by torch_compile before one.
     direct = getattr(torch._C, "_set_deterministic_algorithms", None)  # what torch's setter calls
