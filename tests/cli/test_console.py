@@ -73,6 +73,19 @@ def test_the_progress_line_shows_runs_running_steps_and_elapsed_time():
     assert progress.line() == "twin runs: 2/4 runs, adam 300/1500 steps, 00:00"
 
 
+def test_a_sweep_with_nothing_to_run_says_so_instead_of_0_of_0():
+    progress = LineProgress("cells")
+    progress.runs(0, 0)
+    assert progress.line() == "cells: nothing to run (reused from the store), 00:00"
+    console = Console(file=io.StringIO(), width=120, force_terminal=True)
+    with console_module.run_bar(console, "cells") as bars:
+        bars.runs(0, 0)
+        bars.steps("adam", 3, 10)
+    out = console.file.getvalue()
+    assert "nothing to run (reused from the store)" in out and "3/10 steps" in out
+    assert "0/0" not in out and "None" not in out
+
+
 def piped():
     return Console(file=io.StringIO(), width=200)  # not a terminal
 

@@ -159,26 +159,35 @@ def failure_line(identity: str, termination: str, message: str, what: str = "") 
     return Text(f"failed {identity[:12]}{label}: {termination} — {message}", style="red")
 
 
+def run_count(done: int, total: int | None) -> str:
+    """The runs part of a progress line: ``2/4 runs``; ``""`` before the sweep has said how
+    many it runs; ``nothing to run (reused from the store)`` when it runs none."""
+    if total is None:
+        return ""
+    return "nothing to run (reused from the store)" if total == 0 else f"{done}/{total} runs"
+
+
 class RunBars:
     """Progress callbacks for :func:`gaugelab.experiments._study.run_experiment`: ``runs``
     (a study's runs) and ``steps`` (the steps of the runs executing), as rich bars."""
 
     def __init__(self, bar: Progress, description: str) -> None:
         self._bar = bar
-        self._runs = bar.add_task(description, total=None, unit="runs")
+        self._runs = bar.add_task(description, total=None, count="")
         self._steps: dict[str, Any] = {}
         self.done, self.total = 0, None
 
     def runs(self, done: int, total: int) -> None:
         """``progress(done, total)`` for ``run_sweep``."""
         self.done, self.total = done, total
-        self._bar.update(self._runs, completed=done, total=total)
+        self._bar.update(self._runs, completed=done, total=total, count=run_count(done, total))
 
     def steps(self, label: str, step: int, total: int) -> None:
         """``step_progress(label, step, total)`` for ``run_sweep``."""
         if label not in self._steps:
-            self._steps[label] = self._bar.add_task(f"  {label}", total=total, unit="steps")
-        self._bar.update(self._steps[label], completed=step, total=total)
+            self._steps[label] = self._bar.add_task(f"  {label}", total=total, count="")
+        self._bar.update(self._steps[label], completed=step, total=total,
+                         count=f"{step}/{total} steps")  # fmt: skip
 
 
 def _elapsed(seconds: float) -> str:
@@ -219,7 +228,7 @@ class LineProgress:
     def line(self) -> str:
         """The progress line as of now."""
         with self._lock:
-            parts = [] if self.total is None else [f"{self.done}/{self.total} runs"]
+            parts = [run_count(self.done, self.total)] if self.total is not None else []
             running = [(k, s, t) for k, (s, t) in self._steps.items() if s < t]
             parts += [f"{label} {step}/{total} steps" for label, step, total in running[-4:]]
         parts.append(_elapsed(time.monotonic() - self._start))
@@ -258,7 +267,7 @@ def run_bar(console: Console, description: str) -> Iterator[RunBars | LineProgre
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} {task.fields[unit]}"),
+        TextColumn("{task.fields[count]}"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console) as bar:
