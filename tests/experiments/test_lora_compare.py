@@ -123,8 +123,7 @@ def test_composition_of_two_target_corpora_is_written_and_evaluated(study, tmp_p
     corpus = load_corpus(found.source.pretrain.corpus)
     model = base_model(found.source.pretrain, weights, corpus.d_vocab)
     composed.to(torch.float32).apply(model)
-    spec = FinetuneSpec.model_validate(found.spec.spec_dict())
-    own = load_corpus(spec.target_corpus, vocabulary=corpus.chars)
+    own = load_corpus(found.source.target_corpus, vocabulary=corpus.chars)
     val = eval_batches(own, found.source.pretrain)
     assert result.losses["composition"]["target[0]"] == pytest.approx(
         mean_loss(model, val["target"]), abs=1e-5)  # fmt: skip

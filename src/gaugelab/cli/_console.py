@@ -228,7 +228,8 @@ class LineProgress:
     def line(self) -> str:
         """The progress line as of now."""
         with self._lock:
-            parts = [run_count(self.done, self.total)] if self.total is not None else []
+            count = run_count(self.done, self.total)
+            parts = [count] if count else []
             running = [(k, s, t) for k, (s, t) in self._steps.items() if s < t]
             parts += [f"{label} {step}/{total} steps" for label, step, total in running[-4:]]
         parts.append(_elapsed(time.monotonic() - self._start))

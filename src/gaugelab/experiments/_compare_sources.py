@@ -61,11 +61,10 @@ def family(module: str) -> str:
 
 @dataclass
 class Found:
-    """A resolved source and, for a stored run, its fine-tuning spec (``None`` for a folder)."""
+    """A resolved source under the name it was asked for."""
 
     name: str
     source: Source
-    spec: FinetuneSpec | None
 
     @property
     def label(self) -> str:
@@ -136,7 +135,7 @@ def find(
     """
     path = Path(name)
     if path.exists():
-        return Found(name, resolve_path(path, db), None)
+        return Found(name, resolve_path(path, db))
     if "/" in name or os.sep in name:
         raise ValueError(f"{func}: no such adapter folder: {name}")
     if db is None:
@@ -165,8 +164,7 @@ def find(
     except ValueError as exc:
         message = str(exc).replace("inspect_lora", func)
         raise ValueError(message.replace("seed=", f"{seed_name}=")) from None
-    spec = FinetuneSpec.model_validate(db.run(identity).spec)
-    return Found(name, source, spec)
+    return Found(name, source)
 
 
 def target_batches(found: Found):
@@ -175,8 +173,7 @@ def target_batches(found: Found):
     s = found.source
     if s.pretrain is None:
         return None
-    target = None if found.spec is None else found.spec.target_corpus
-    return eval_batches(finetune_corpus(s.pretrain, target), s.pretrain)
+    return eval_batches(finetune_corpus(s.pretrain, s.target_corpus), s.pretrain)
 
 
 def merged_model(found: Found, deltas: dict[str, torch.Tensor]) -> Transformer:
