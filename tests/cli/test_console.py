@@ -73,6 +73,35 @@ def test_the_progress_line_shows_runs_running_steps_and_elapsed_time():
     assert progress.line() == "twin runs: 2/4 runs, adam 300/1500 steps, 00:00"
 
 
+def test_after_the_runs_the_progress_line_says_what_the_study_is_doing():
+    progress = LineProgress("cells")
+    progress.runs(4, 4)
+    progress.phase("writing the report")
+    assert progress.line() == "cells: 4/4 runs, writing the report, 00:00"
+    progress = LineProgress("cells")
+    progress.phase("collecting the results")  # before any run count: the phase alone
+    assert progress.line() == "cells: collecting the results, 00:00"
+    console = Console(file=io.StringIO(), width=120, force_terminal=True)
+    with console_module.run_bar(console, "cells") as bars:
+        bars.runs(2, 2)
+        bars.phase("deciding")
+    assert "2/2 runs, deciding" in console.file.getvalue()
+
+
+def test_the_last_piped_line_says_where_the_runs_ended_not_the_last_phase(monkeypatch, capsys):
+    monkeypatch.setattr(console_module, "PROGRESS_INTERVAL", 0.05)
+
+    def study(*, progress, step_progress, phase):
+        progress(1, 1)
+        phase("writing the report")
+        time.sleep(0.12)
+
+    run_with_bars(piped(), "header", "runs", study)
+    lines = capsys.readouterr().err.splitlines()
+    assert any("1/1 runs, writing the report" in line for line in lines), lines
+    assert lines[-1].startswith("runs: 1/1 runs, 00:0"), lines
+
+
 def test_a_sweep_with_nothing_to_run_says_so_instead_of_0_of_0():
     progress = LineProgress("cells")
     progress.runs(0, 0)
@@ -93,7 +122,7 @@ def piped():
 def test_piped_output_prints_periodic_progress_lines_on_stderr(monkeypatch, capsys):
     monkeypatch.setattr(console_module, "PROGRESS_INTERVAL", 0.05)
 
-    def study(*, progress, step_progress):
+    def study(*, progress, step_progress, phase):
         progress(0, 2)
         for step in range(1, 5):
             step_progress("adam", step, 4)
@@ -113,7 +142,7 @@ def test_piped_output_prints_periodic_progress_lines_on_stderr(monkeypatch, caps
 
 
 def test_a_short_piped_run_prints_no_progress_line(capsys):
-    run_with_bars(piped(), "header", "runs", lambda *, progress, step_progress: None)
+    run_with_bars(piped(), "header", "runs", lambda *, progress, step_progress, phase: None)
     assert capsys.readouterr().err == ""
 
 
@@ -136,7 +165,7 @@ class Interrupted(KeyboardInterrupt):
     ids=["sweep-interrupted", "plain"],
 )  # fmt: skip
 def test_ctrl_c_during_a_study_says_what_is_kept_and_exits_130(capsys, error, message):
-    def study(*, progress, step_progress):
+    def study(*, progress, step_progress, phase):
         raise error
 
     with pytest.raises(typer.Exit) as exit_:
@@ -148,7 +177,7 @@ def test_ctrl_c_during_a_study_says_what_is_kept_and_exits_130(capsys, error, me
 def test_the_executors_sweep_interrupted_is_reported_with_its_counts(capsys):
     from gaugelab.study.sweep import SweepInterrupted, SweepResult
 
-    def study(*, progress, step_progress):
+    def study(*, progress, step_progress, phase):
         raise SweepInterrupted(3, 4, SweepResult())
 
     with pytest.raises(typer.Exit) as exit_:
@@ -163,7 +192,7 @@ def test_a_full_disk_after_the_runs_says_they_are_kept_and_how_to_write_the_repo
     store = tmp_path / "s.sqlite"
     figure = tmp_path / "reports" / "fig.png"
 
-    def study(*, store, progress, step_progress):
+    def study(*, store, progress, step_progress, phase):
         progress(0, 3)
         progress(3, 3)
         raise OSError(errno.ENOSPC, "No space left on device", str(figure))
@@ -182,7 +211,7 @@ def test_a_full_disk_after_the_runs_says_they_are_kept_and_how_to_write_the_repo
 def test_a_full_disk_during_the_runs_says_to_rerun(tmp_path, capsys):
     store = tmp_path / "s.sqlite"
 
-    def study(*, store, progress, step_progress):
+    def study(*, store, progress, step_progress, phase):
         progress(1, 3)
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "ckpt"))
 

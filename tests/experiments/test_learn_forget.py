@@ -60,13 +60,23 @@ def permissive(tmp_path_factory, one_thread):
     return store, spec, outcome
 
 
+STRICT_PHASES: list[str] = []
+"""What the ``strict`` study's ``phase`` callback was told, in order."""
+
+
 @pytest.fixture(scope="module")
 def strict(tmp_path_factory, one_thread):
     """A quick study (no rsLoRA, to keep it short) under a target gate nothing meets."""
     store = tmp_path_factory.mktemp("learn-forget-strict") / "store.sqlite"
     spec = quick_spec(min_target_gain=1e9, rslora_rank=None)
-    outcome = run_learn_forget(spec, store=store, write_report=False)
+    outcome = run_learn_forget(spec, store=store, write_report=False, phase=STRICT_PHASES.append)
     return store, spec, outcome
+
+
+def test_the_progress_display_is_told_that_the_study_is_deciding_after_its_runs(strict):
+    # the validation measurements and the decision take seconds after the last run: a bar
+    # that only counted runs would sit at n/n with nothing said
+    assert STRICT_PHASES == ["measuring every cell on validation, deciding, opening the test"]
 
 
 def logged(db, cell, domain):

@@ -150,6 +150,17 @@ def test_a_study_name_never_writes_outside_the_reports_folder(tmp_path, study):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
 
 
+def test_after_the_runs_the_phase_callback_hears_collect_then_report(tmp_path):
+    spec = TINY.model_copy(update={"rules": ("gd",)})
+    seen = []
+    outcome = run_zoo(spec, store=tmp_path / "store.sqlite", phase=seen.append)
+    assert seen == ["collecting the results", "writing the report"]
+    assert outcome.report.exists()
+    seen.clear()
+    run_zoo(spec, store=tmp_path / "store.sqlite", write_report=False, phase=seen.append)
+    assert seen == ["collecting the results"]  # no report: nothing said about one
+
+
 def test_without_cvxpy_the_convex_row_is_skipped_not_failed(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cvxpy", None)  # `import cvxpy` raises ImportError
     spec = TINY.model_copy(update={"rules": ("gd",), "convex": True})

@@ -167,20 +167,35 @@ def run_count(done: int, total: int | None) -> str:
     return "nothing to run (reused from the store)" if total == 0 else f"{done}/{total} runs"
 
 
+def _with_phase(count: str, phase: str | None) -> str:
+    return count if phase is None else f"{count}, {phase}" if count else phase
+
+
 class RunBars:
     """Progress callbacks for :func:`gaugelab.experiments._study.run_experiment`: ``runs``
-    (a study's runs) and ``steps`` (the steps of the runs executing), as rich bars."""
+    (a study's runs), ``steps`` (the steps of the runs executing) and ``phase`` (what happens
+    after the runs), as rich bars."""
 
     def __init__(self, bar: Progress, description: str) -> None:
         self._bar = bar
         self._runs = bar.add_task(description, total=None, count="")
         self._steps: dict[str, Any] = {}
         self.done, self.total = 0, None
+        self._phase: str | None = None
 
     def runs(self, done: int, total: int) -> None:
         """``progress(done, total)`` for ``run_sweep``."""
         self.done, self.total = done, total
-        self._bar.update(self._runs, completed=done, total=total, count=run_count(done, total))
+        self._update()
+
+    def phase(self, text: str) -> None:
+        """``phase(text)`` for ``run_experiment``: shown after the runs' count."""
+        self._phase = text
+        self._update()
+
+    def _update(self) -> None:
+        count = _with_phase(run_count(self.done, self.total), self._phase)
+        self._bar.update(self._runs, completed=self.done, total=self.total, count=count)
 
     def steps(self, label: str, step: int, total: int) -> None:
         """``step_progress(label, step, total)`` for ``run_sweep``."""
@@ -200,7 +215,8 @@ class LineProgress:
     """The same callbacks as :class:`RunBars`, printed as one line on stderr every
     :data:`PROGRESS_INTERVAL` seconds (and a last one at the end, if any was printed and the
     last tick did not print the same line):
-    ``<description>: 2/4 runs, adam 300/1500 steps, 00:41``. Without runs or steps (a single
+    ``<description>: 2/4 runs, adam 300/1500 steps, 00:41``, and once the runs are done
+    ``<description>: 4/4 runs, writing the report, 00:52``. Without runs or steps (a single
     long computation) the line is ``<description>: 00:41``."""
 
     def __init__(self, description: str, interval: float | None = None) -> None:
@@ -213,6 +229,7 @@ class LineProgress:
         self._stopped = threading.Event()
         self._printed = False
         self._last: str | None = None
+        self._phase: str | None = None
         self._thread = threading.Thread(target=self._tick, daemon=True)
 
     def runs(self, done: int, total: int) -> None:
@@ -225,10 +242,15 @@ class LineProgress:
         with self._lock:
             self._steps[label] = (step, total)
 
+    def phase(self, text: str) -> None:
+        """``phase(text)`` for ``run_experiment``: shown after the runs' count."""
+        with self._lock:
+            self._phase = text
+
     def line(self) -> str:
         """The progress line as of now."""
         with self._lock:
-            count = run_count(self.done, self.total)
+            count = _with_phase(run_count(self.done, self.total), self._phase)
             parts = [count] if count else []
             running = [(k, s, t) for k, (s, t) in self._steps.items() if s < t]
             parts += [f"{label} {step}/{total} steps" for label, step, total in running[-4:]]
@@ -253,6 +275,7 @@ class LineProgress:
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         self._stopped.set()
         self._thread.join()
+        self._phase = None  # done: the last line says where the runs ended, not a phase
         if self._printed and kind is None:
             self._print(unless_repeated=True)
 
@@ -302,8 +325,8 @@ def run_with_bars(
     study_name: str | None = None,
     **options: Any,
 ) -> StudyOutcome:
-    """Print ``header``, then ``run(*args, **options, progress=…, step_progress=…)`` under
-    :func:`run_bar`.
+    """Print ``header``, then ``run(*args, **options, progress=…, step_progress=…, phase=…)``
+    under :func:`run_bar`.
 
     Before the header: ``options["store"]`` and ``options["report_dir"]`` are checked
     (:func:`~gaugelab.cli._errors.check_location`; an existing store is opened and closed, so
@@ -324,7 +347,8 @@ def run_with_bars(
             RunStore(store, create=False).close()  # refuses a bad file untouched
         console.print(Text(header))
         with run_bar(console, description) as bars:
-            return run(*args, **options, progress=bars.runs, step_progress=bars.steps)
+            return run(*args, **options, progress=bars.runs, step_progress=bars.steps,
+                       phase=bars.phase)  # fmt: skip
     except KeyboardInterrupt as exc:
         raise interrupted(exc, resumable=True) from None
     except (ValueError, StoreError, NonFiniteError) as exc:

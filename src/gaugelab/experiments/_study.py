@@ -73,9 +73,11 @@ def run_experiment(
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     step_progress: Callable[[str, int, int], None] | None = None,
+    phase: Callable[[str], None] | None = None,
     report_dir: str | os.PathLike[str] | None = None,
     write_report: bool = True,
     first: Sweep | None = None,
+    collect_phase: str = "collecting the results",
 ) -> StudyOutcome[R]:
     """Run ``sweep`` (runs already completed are reused), collect and report it.
 
@@ -88,6 +90,9 @@ def run_experiment(
             :func:`gaugelab.study.run_sweep`
             (default: one local worker, so the runs execute in this process, with one torch
             thread each).
+        phase: called with what happens once the runs are done: ``collect_phase`` before
+            ``collect``, ``"writing the report"`` before ``report`` (a progress display shows
+            it; both can take seconds).
         report_dir: the report folder (must not hold a report already); default: a new
             timestamped folder in ``<store folder>/reports/<study slug>/`` (the study name made
             path-safe: ``../x`` or ``/abs`` never leave ``reports/``).
@@ -95,6 +100,7 @@ def run_experiment(
         first: a sweep run before ``sweep``, executed the same way (e.g. a pretrain run that
             several studies share); its runs are not part of the study, but the outcome's
             ``sweep`` accounts for both.
+        collect_phase: what ``phase`` says while ``collect`` runs.
 
     Returns:
         The :class:`StudyOutcome`.
@@ -124,10 +130,14 @@ def run_experiment(
     swept = run_sweep(sweep, **how)
     if before is not None:
         swept = joined(before, swept)
+    if phase is not None:
+        phase(collect_phase)
     with RunStore(store, create=False) as db:
         result = collect(db, sweep.study)
     path = None
     if write_report:
+        if phase is not None:
+            phase("writing the report")
         folder = Path(report_dir) if report_dir else None
         if folder is None:
             folder = new_report_dir(Path(store).parent / "reports", study=sweep.study)

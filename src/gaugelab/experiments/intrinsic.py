@@ -139,7 +139,7 @@ def run_intrinsic_dim(
         study: the study name (default ``intrinsic-dim-<identity[:12]>``).
         **options: as :func:`gaugelab.experiments._study.run_experiment` (``store``,
             ``executor`` (``local`` or ``ray``), ``max_workers`` (default 1), ``threads``
-            (default 1), ``address``, ``progress``, ``step_progress``, ``report_dir``,
+            (default 1), ``address``, ``progress``, ``step_progress``, ``phase``, ``report_dir``,
             ``write_report``).
 
     Returns:

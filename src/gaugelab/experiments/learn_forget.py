@@ -154,7 +154,7 @@ def run_learn_forget(
         study: the study name (default ``learn-forget-<identity[:12]>``).
         **options: as :func:`gaugelab.experiments._study.run_experiment` (``store``,
             ``executor``, ``max_workers`` (default 1), ``threads`` (default 1), ``address``,
-            ``progress``, ``step_progress``, ``report_dir``, ``write_report``).
+            ``progress``, ``step_progress``, ``phase``, ``report_dir``, ``write_report``).
 
     Returns:
         The :class:`~gaugelab.experiments._study.StudyOutcome` of a :class:`LearnForgetResult`.
@@ -166,5 +166,7 @@ def run_learn_forget(
     spec = spec or LearnForgetSpec()
     sweep = plan(spec, study)
     return run_experiment(
-        sweep, _release_then_collect, report, first=plan_pretrain(spec.finetune.pretrain), **options
-    )
+        sweep, _release_then_collect, report, first=plan_pretrain(spec.finetune.pretrain),
+        collect_phase="measuring every cell on validation, deciding, opening the test",
+        **options,
+    )  # fmt: skip

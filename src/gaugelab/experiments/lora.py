@@ -152,7 +152,7 @@ def run_lora_finetune(
         study: the study name (default ``lora-finetune-<identity[:12]>``).
         **options: how to run it, as :func:`gaugelab.experiments._study.run_experiment`
             (``store``, ``executor``, ``max_workers`` (default 1: in this process),
-            ``threads`` (default 1), ``address``, ``progress``, ``step_progress``,
+            ``threads`` (default 1), ``address``, ``progress``, ``step_progress``, ``phase``,
             ``report_dir``, ``write_report``); the pretrain run is executed the same way.
 
     Returns:

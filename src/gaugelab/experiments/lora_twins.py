@@ -133,7 +133,8 @@ def run_lora_twins(
         study: the study name (default ``lora-twins-<digest>``).
         **options: how to run it, as :func:`gaugelab.experiments._study.run_experiment`
             (``store``, ``executor``, ``max_workers`` (default 1), ``threads`` (default 1),
-            ``address``, ``progress``, ``step_progress``, ``report_dir``, ``write_report``).
+            ``address``, ``progress``, ``step_progress``, ``phase``, ``report_dir``,
+            ``write_report``).
 
     Returns:
         The :class:`~gaugelab.experiments._study.StudyOutcome` of a :class:`LoraTwinsResult`;
