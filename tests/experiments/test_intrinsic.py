@@ -224,3 +224,46 @@ def test_unmeasured_grid_points_never_witness_a_crossing_or_censoring():
     assert measured.unmeasured == () and measured.statement == (
         "d90 = 4 on the tested grid, bracket (2, 4]"
     )
+
+
+_TRAIN_FRESH = """
+import json, sys
+import torch
+from gaugelab.experiments._intrinsic_train import _train
+
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 3).double()
+
+def sample(gen, batch):
+    return (torch.randn(batch, 4, generator=gen, dtype=torch.float64),
+            torch.randint(0, 3, (batch,), generator=gen))
+
+_train(model, list(model.parameters()), sample, 5, 8, 0.05, 1, "t", None)
+print(json.dumps({"loaded": "torch._dynamo" in sys.modules,
+                  "w": [p.detach().flatten().tolist() for p in model.parameters()]}))
+"""
+
+
+def test_training_runs_torch_adam_without_loading_the_compiler():
+    import json
+    import subprocess
+    import sys
+
+    import torch
+    import torch.nn.functional as F
+
+    done = subprocess.run([sys.executable, "-c", _TRAIN_FRESH], capture_output=True, text=True,
+                          check=True, timeout=120)  # fmt: skip
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["loaded"] is False  # torch.optim's own wrappers would import torch._dynamo
+    torch.manual_seed(0)  # the same five steps through torch.optim.Adam: the same numbers
+    model = torch.nn.Linear(4, 3).double()
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        x = torch.randn(8, 4, generator=gen, dtype=torch.float64)
+        y = torch.randint(0, 3, (8,), generator=gen)
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert got["w"] == [p.detach().flatten().tolist() for p in model.parameters()]
