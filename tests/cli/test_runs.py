@@ -315,3 +315,42 @@ def test_ctrl_c_while_listing_prints_interrupted_and_exits_130(store_path, monke
     monkeypatch.setattr(RunStore, "runs", interrupt)
     result = invoke("runs", "list", "--store", store_path)
     assert result.exit_code == 130 and result.stderr == "interrupted\n", result.output
+
+
+def test_show_lists_the_runs_files_and_whether_each_is_still_what_the_store_recorded(tmp_path):
+    from gaugelab.experiments.zoo import LearningRateGrids, ZooSpec, run_zoo
+
+    spec = ZooSpec(n=6, rank=2, seeds=(42,), steps=200, check_every=100, rules=("gd",),
+                   lr_grids=LearningRateGrids(gd=(2e-2,)), convex=False)  # fmt: skip
+    store = tmp_path / "store.sqlite"
+    run_zoo(spec, store=store, write_report=False)
+    with RunStore(store, create=False) as db:
+        (run,) = db.runs()
+        (result,) = [a for a in db.artifacts(run.identity) if a.path.name == "result-gd.json"]
+
+    def state_of(name):
+        out = invoke("runs", "show", run.identity[:8], "--store", store)
+        assert out.exit_code == 0, out.output
+        files = out.output.split("files (paths relative to the store's folder)")[1]
+        (line,) = [line for line in files.splitlines() if name in line]
+        return [cell.strip() for cell in line.split("│")[1:-1]]
+
+    relative = str(result.path.relative_to(tmp_path))
+    assert state_of("result-gd.json") == ["1", result.kind, relative, result.sha256[:12],
+                                          "intact"]  # fmt: skip
+    result.path.write_text(result.path.read_text(encoding="utf-8") + " ", encoding="utf-8")
+    assert state_of("result-gd.json")[-1] == "changed"
+    result.path.unlink()
+    assert state_of("result-gd.json")[-1] == "missing"
+
+
+def test_show_of_a_run_without_files_or_metrics_prints_no_empty_tables(tmp_path):
+    path = tmp_path / "store.sqlite"
+    spec = ToySpec(x=9.0)
+    with RunStore(path) as store:
+        store.register_run(Manifest.for_spec(spec))
+        log_run(store, spec.identity(), [], "completed")
+    out = invoke("runs", "show", spec.identity()[:8], "--store", path)
+    assert out.exit_code == 0, out.output
+    assert out.output.rstrip().endswith("no metrics logged")
+    assert "last metrics" not in out.output and "files (" not in out.output

@@ -215,11 +215,14 @@ def show_run(
     ],
     store: StoreOption = DEFAULT_STORE_PATH,
 ) -> None:
-    """Show one run: its manifest, spec, attempts and the last value of each metric."""
+    """Show one run: its manifest, spec, attempts, files (each checked against the sha256 the
+    store recorded) and the last value of each metric."""
     with _open_store(store) as db:
         row = _find_run(db, run)
         attempts = db.attempts(row.identity)
         metrics = db.metrics(row.identity)
+        artifacts = db.artifacts(row.identity)
+        folder = db.path.parent
     m = row.manifest
     console = _console()
     manifest = Table(title=_t(f"run {row.identity}"), show_header=False)
@@ -253,17 +256,43 @@ def show_run(
             _t(a.message),
         )  # fmt: skip
     console.print(table)
+    if artifacts:
+        table = Table(title="files (paths relative to the store's folder)")
+        for col in ("attempt", "kind", "path", "sha256", "now"):
+            table.add_column(col, overflow="fold")
+        for a in artifacts:
+            table.add_row(_t(a.ordinal), _t(a.kind), _t(_relative(a.path, folder)),
+                          _t(a.sha256[:12]), _t(_file_state(a.path, a.sha256)))  # fmt: skip
+        console.print(table)
     last: dict[str, MetricRow] = {}
     for r in metrics:  # sorted by name, then step
         last[r.name] = r
+    if not last:
+        console.print("no metrics logged")
+        return
     table = Table(title="last metrics (the run's trajectory)")
     for col in ("metric", "step", "value", "attempt"):
         table.add_column(col, justify="left" if col == "metric" else "right", overflow="fold")
     for r in last.values():
         table.add_row(_t(r.name), _t(r.step), _t(f"{r.value:.6g}"), _t(r.ordinal))
     console.print(table)
-    if not last:
-        console.print("no metrics logged")
+
+
+def _relative(path: Path, folder: Path) -> str:
+    return str(path.relative_to(folder)) if path.is_relative_to(folder) else str(path)
+
+
+def _file_state(path: Path, sha256: str) -> str:
+    """``intact``, ``missing`` (a checkpoint deleted by design reads the same), ``changed``
+    or ``unreadable``: the file now, against the digest the store recorded."""
+    from gaugelab.study._queries import file_sha256
+
+    try:
+        return "intact" if file_sha256(path) == sha256 else "changed"
+    except FileNotFoundError:
+        return "missing"
+    except OSError:
+        return "unreadable"
 
 
 def export_metrics(
