@@ -106,7 +106,9 @@ def test_bad_finetune_options_are_one_line_errors_naming_the_option(tmp_path, ar
     [
         (("lora r=2", "--seed", "4"), "--seed 4; allowed: 0"),
         (("lora r=7",), "no candidate 'lora r=7'"),
-        (("zzzz",), "run: identity prefix 'zzzz'"),
+        (("abcdef",), "run: no run in "),
+        (("/no/such/adapter",), "no such adapter folder: /no/such/adapter"),
+        (("ghij",), "'ghij' is no adapter folder, no candidate label"),
         (("lora r=2", "--ranks", "-1"), "--ranks -1; allowed: integers >= 0"),
     ],
 )

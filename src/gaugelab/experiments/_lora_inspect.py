@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from gaugelab.experiments._compare_sources import find
 from gaugelab.experiments._lora_data import base_model, eval_batches, finetune_corpus
 from gaugelab.experiments._lora_ladder import (
     JointRow,
@@ -33,11 +34,7 @@ from gaugelab.experiments._lora_ladder import (
     mean_loss,
 )
 from gaugelab.experiments._lora_sources import (
-    CANDIDATE,
     Source,
-    candidate_run,
-    resolve_path,
-    resolve_run,
 )
 from gaugelab.experiments._lora_spec import ALL_TARGETS
 from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
@@ -185,18 +182,13 @@ def inspect_lora(
     else:
         db = None
     try:
-        if path.exists():
-            found = resolve_path(path, db)
-        elif db is None:
+        if db is None and not path.exists() and "/" not in str(source):
             raise ValueError(
                 f"inspect_lora: {str(source)!r} is not an adapter folder, and there is no run "
                 f"store at {store} to look it up as a run"
             )
-        elif CANDIDATE.fullmatch(str(source)):
-            found = resolve_run(db, candidate_run(db, str(source), study), seed)
-        else:
-            found = resolve_run(db, str(source), seed)
-        return _inspect(found, ranks, evidence)
+        return _inspect(find(str(source), db, seed, study, "inspect_lora").source, ranks,
+                        evidence)  # fmt: skip
     finally:
         if opened is not None:
             opened.close()
