@@ -52,8 +52,14 @@ def test_check_passes_options_through():
 def test_bad_input_gives_one_line_errors_and_exit_code_2():
     cases = [
         (("check", "adamm"), "unknown optimizer 'adamm'"),
-        (("check", "adam", "--opt", "lr=-1"), "lr=-1"),
-        (("check", "adam", "--opt", "foo=1"), "unknown hyperparameter"),
+        (("check", "adam", "--opt", "lr=-1"), "error: --opt adam: lr=-1 is out of range"),
+        (("check", "adam", "--opt", "lr=abc"), "error: --opt adam: lr='abc' is not a number"),
+        (("check", "adam", "--opt", "betas=(0.9,2)"), "error: --opt adam: betas[1]=2"),
+        (
+            ("check", "adam", "--opt", "foo=1"),
+            "error: --opt foo=…: adam has no such hyperparameter; allowed: lr, betas, eps\n",
+        ),
+        (("check", "adam", "--opt", "member_dims=2"), "error: --opt member_dims=…: adam has no"),
         (("check", "adam", "--opt", "lr"), "KEY=VALUE"),
         (("check", "adam", "--group", "bogus"), "error: --group 'bogus'; allowed: general-linear"),
         (("check", "adam", "--problem", "bogus"), "error: --problem 'bogus'; allowed: sensing"),

@@ -51,6 +51,29 @@ def _parse_opt(items: list[str]) -> dict:
     return hyper
 
 
+def _check_opt_names(optimizer: str, hyper: dict) -> None:
+    """Refuse an ``--opt`` key that a zoo rule does not take (a class given as
+    ``package.module:Class`` checks its own keyword arguments)."""
+    from gaugelab.optim.registry import OPTIMIZERS
+
+    if optimizer not in OPTIMIZERS:
+        return
+    allowed = [h for h in OPTIMIZERS[optimizer].hyperparameters() if h != "member_dims"]
+    unknown = [key for key in hyper if key not in allowed]
+    if unknown:
+        keys = ", ".join(f"--opt {key}=…" for key in unknown)
+        raise fail(f"{keys}: {optimizer} has no such hyperparameter; allowed: "
+                   f"{', '.join(allowed)}")  # fmt: skip
+
+
+def _opt_message(message: str, hyper: dict) -> str:
+    """A rule's refusal of an ``--opt`` value (``adam: lr=-1 …``), said as the option's."""
+    for key in hyper:
+        if any(f" {key}{mark}" in f" {message}" for mark in ("=", "[")):
+            return f"--opt {message}"
+    return message
+
+
 def check(
     optimizer: Annotated[
         str,
@@ -103,6 +126,7 @@ def check(
         if value not in allowed:
             raise fail(f"{option} {value!r}; allowed: {', '.join(allowed)}")
     hyper = _parse_opt(opt or [])
+    _check_opt_names(optimizer, hyper)
     import torch
 
     import gaugelab.equivariance  # noqa: F401  before the progress starts: it means the check runs
@@ -120,7 +144,8 @@ def check(
                 **hyper,
             )
     except (ValueError, TypeError) as exc:
-        raise fail(str(exc).removeprefix("check_equivariance: "), OPTIONS) from None
+        raise fail(_opt_message(str(exc).removeprefix("check_equivariance: "), hyper),
+                   OPTIONS) from None  # fmt: skip
     except NonFiniteError as exc:
         what = str(exc).removeprefix("check_equivariance: ")
         raise fail(f"the run diverged ({what}); try a smaller learning rate, --opt lr=…") from None
