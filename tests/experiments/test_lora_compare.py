@@ -94,6 +94,7 @@ def test_report_has_phi_heatmaps_and_is_never_overwritten(study, tmp_path):
                                     seed_b=1, report_dir=tmp_path / "r", phi_max=2,
                                     null_samples=20)  # fmt: skip
     assert path.name == "report.html" and (tmp_path / "r" / "phi-row.png").exists()
+    assert "<h1>Report: compare " in path.read_text(encoding="utf-8")
     assert (tmp_path / "r" / "compare.json").exists()
     null = result.modules[0].null_row
     assert null.samples == 20 and 0 <= null.overlap_mean <= 1

@@ -262,6 +262,8 @@ def test_inspect_resolves_labels_and_prefixes_and_writes_its_report(study, tmp_p
                                     report_dir=tmp_path / "r")  # fmt: skip
     assert result.source == f"run {identity[:12]}" and result.seed == 1
     assert path.name == "report.html" and (tmp_path / "r" / "spectrum.png").exists()
+    page = path.read_text(encoding="utf-8")  # it reads a stored run: there are no runs to count
+    assert "<h1>Report: inspect " in page and "0 runs" not in page
     data = json.loads((tmp_path / "r" / "inspect.json").read_text())
     assert len(data["modules"]) == len(result.modules)
     with pytest.raises(FileExistsError):

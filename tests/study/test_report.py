@@ -169,6 +169,14 @@ def test_failures_are_listed_with_their_termination_class(twins_figure):
 def test_empty_report_renders():
     page = render_report(StudyReport(name="empty", spec={}))
     assert "No runs." in page and "No failures." in page
+    assert "<h1>Study: empty</h1>" in page and "0 runs ·" in page
+
+
+def test_a_report_that_runs_nothing_has_no_runs_or_failures_to_count():
+    page = render_report(StudyReport(name="inspect x", spec={}, study=False))
+    assert "<h1>Report: inspect x</h1>" in page
+    assert "0 runs" not in page and "0 failures" not in page and "0 figures" in page
+    assert 'id="runs"' not in page and 'id="failures"' not in page and 'href="#runs"' not in page
 
 
 def test_spec_is_pretty_json_with_sorted_keys(twins_figure):

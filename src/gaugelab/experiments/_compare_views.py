@@ -213,7 +213,8 @@ def compare_report(result: CompareResult, out_dir: str | os.PathLike[str]) -> Pa
     spec = {"a": result.source_a, "b": result.source_b, "policy": result.policy}
     return rep.write_report(
         rep.StudyReport(name=f"compare {result.a} vs {result.b}", spec=spec,
-                        tables=compare_tables(result), figures=figures, notes=result.notes),
+                        tables=compare_tables(result), figures=figures, notes=result.notes,
+                        study=False),
         folder,
     )  # fmt: skip
 
@@ -304,6 +305,6 @@ def compose_report(result: ComposeResult, out_dir: str | os.PathLike[str]) -> Pa
             "rank": result.rank, "out": str(result.out)}  # fmt: skip
     return rep.write_report(
         rep.StudyReport(name=f"compose {Path(result.out).name}", spec=spec,
-                        tables=compose_tables(result), notes=result.notes),
+                        tables=compose_tables(result), notes=result.notes, study=False),
         folder,
     )  # fmt: skip

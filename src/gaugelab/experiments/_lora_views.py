@@ -211,6 +211,7 @@ def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Pa
             "ranks": list(result.ranks)}  # fmt: skip
     return rep.write_report(
         rep.StudyReport(name=f"inspect {result.label} ({result.source})", spec=spec,
-                        tables=inspect_tables(result), figures=figures, notes=notes),
+                        tables=inspect_tables(result), figures=figures, notes=notes,
+                        study=False),
         folder,
     )  # fmt: skip

@@ -129,6 +129,9 @@ class StudyReport:
             the results — the notes (verdicts first) as its summary, the tables, the figures
             — then the failures and the runs, and ends with the spec, collapsed.
         created_at: when the report (or study) was made; omitted if ``None``.
+        study: the page reports a study's runs (default). ``False`` for a report that reads
+            stored results and runs nothing (inspecting, comparing or composing adapters):
+            headed "Report", without the runs and failures sections or their counts.
     """
 
     name: str
@@ -139,6 +142,7 @@ class StudyReport:
     failures: Sequence[Failure] = ()
     notes: Sequence[str] = ()
     created_at: datetime | str | None = None
+    study: bool = True
 
 
 def format_number(value: Any) -> str:
