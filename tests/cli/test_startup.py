@@ -126,10 +126,48 @@ def test_runs_list_names_a_dial_run_as_the_spec_does(fields):
     assert trains("dial", stored) == ", ".join(spec.labels())
 
 
+@pytest.mark.parametrize("fields", [{"ranks": (4,), "full": False}, {"ranks": (), "full": True},
+                                    {"ranks": (1, 16)}])  # fmt: skip
+def test_runs_list_names_a_lora_finetune_run_as_the_spec_does(fields):
+    from gaugelab.experiments._lora_spec import FinetuneSpec
+
+    spec = FinetuneSpec(**fields)
+    stored = json.loads(spec.model_dump_json())
+    assert trains("lora-finetune", stored) == ", ".join(spec.candidates())
+
+
+def test_runs_list_names_lora_twin_and_kernel_runs_by_their_optimizers():
+    from gaugelab.experiments._kernel_spec import KernelSpec
+    from gaugelab.experiments._lora_twins_spec import LoraTwinSpec
+
+    twin = json.loads(LoraTwinSpec(optimizer="scaled-gd").model_dump_json())
+    assert trains("lora-twins", twin) == "scaled-gd"
+    kernel = json.loads(KernelSpec(optimizers=("gd", "adam")).model_dump_json())
+    assert trains("lora-kernel", kernel) == "gd, adam"
+
+
+def test_runs_list_names_an_intrinsic_run_as_its_training_and_report_do():
+    from gaugelab.experiments import intrinsic
+
+    runs = intrinsic.plan(intrinsic.quick_spec()).specs()
+    assert runs, "the quick study plans runs"
+    for run in runs:
+        stored = json.loads(run.model_dump_json())
+        assert trains("intrinsic-dim", stored) == run.run_label()
+    assert {trains("intrinsic-dim", json.loads(r.model_dump_json())).split()[0]
+            for r in runs} == {"full", "did"}  # fmt: skip
+    study = json.loads(intrinsic.quick_spec().model_dump_json())
+    assert trains("intrinsic-dim", study) is None  # the study spec trains nothing itself
+
+
 @pytest.mark.parametrize(
     ("kind", "spec"),
     [("zoo", {"rules": "gd"}), ("zoo", {"rules": ["gd"], "convex": "yes"}),
-     ("dial", {"ps": ["a"]}), ("dial", {"ps": [True]}), ("toy", {"rules": ["gd"]})],
+     ("dial", {"ps": ["a"]}), ("dial", {"ps": [True]}), ("toy", {"rules": ["gd"]}),
+     ("lora-finetune", {"full": "yes", "ranks": []}), ("lora-finetune", {"ranks": [True]}),
+     ("lora-twins", {"optimizer": 3}), ("lora-kernel", {"optimizers": "gd"}),
+     ("intrinsic-dim", {"role": "full", "full_lrs": ["x"]}),
+     ("intrinsic-dim", {"role": "subspace", "dims": [1, 2], "seeds": [0], "lrs": [0.1]})],
 )  # fmt: skip
 def test_runs_list_leaves_a_spec_it_cannot_read_unnamed(kind, spec):
     assert trains(kind, spec) is None

@@ -121,9 +121,11 @@ def _find_run(db: "RunStore", prefix: str) -> "RunRow":
 
 
 def trains(kind: str, spec: dict[str, Any]) -> str | None:
-    """What a run trains, as its experiment names it: a twin run's optimizer, a zoo run's
-    rules (or its convex row), a dial run's settings of p (or gd), a learn-forget cell's
-    candidate and block; None for other kinds or a spec this version cannot read.
+    """What a run trains, as its experiment names it: a twin or LoRA-twin run's optimizer, a
+    zoo run's rules (or its convex row), a dial run's settings of p (or gd), a LoRA
+    fine-tuning run's candidate (``full``, ``lora r=4``), a kernel run's optimizers, an
+    intrinsic-dimension run's role and setting, a learn-forget cell's candidate and block;
+    None for other kinds or a spec this version cannot read.
 
     Read from the stored spec's fields (as ``ZooSpec.labels()`` / ``DialSpec.labels()`` name
     them; tests/cli/test_startup.py checks the two agree), so that listing runs imports no
@@ -132,6 +134,22 @@ def trains(kind: str, spec: dict[str, Any]) -> str | None:
     if kind == "twins":
         twin = spec.get("twin")
         return twin.get("optimizer") if isinstance(twin, dict) else None
+    if kind == "lora-twins":
+        optimizer = spec.get("optimizer")
+        return optimizer if isinstance(optimizer, str) else None
+    if kind == "lora-finetune":
+        full, ranks = spec.get("full"), spec.get("ranks")
+        if not isinstance(full, bool) or not isinstance(ranks, list | tuple):
+            return None
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+            return None
+        return ", ".join((["full"] if full else []) + [f"lora r={r}" for r in ranks]) or None
+    if kind == "lora-kernel":
+        optimizers = spec.get("optimizers")
+        ok = isinstance(optimizers, list | tuple) and all(isinstance(o, str) for o in optimizers)
+        return (", ".join(optimizers) or None) if ok else None
+    if kind == "intrinsic-dim":
+        return _intrinsic_label(spec)
     if kind == "learn-forget":
         candidate, block = spec.get("candidate"), spec.get("block")
         ok = isinstance(candidate, str) and isinstance(block, str)
@@ -152,6 +170,23 @@ def trains(kind: str, spec: dict[str, Any]) -> str | None:
         return None
     labels = list(rows) + [label for flag, label in zip(flags, extra.values(), strict=True) if flag]
     return ", ".join(labels) or None
+
+
+def _intrinsic_label(spec: dict[str, Any]) -> str | None:
+    """As the intrinsic-dimension report labels its runs: ``full lr=0.003``, ``did d=32
+    seed=1 lr=0.01``; None for the study role or an unreadable spec."""
+    role, method = spec.get("role"), spec.get("method")
+    fields = {"full": ("full_lrs",), "subspace": ("dims", "seeds", "lrs")}.get(role, ())
+    values = [spec.get(k) for k in fields]
+    if not values or not all(isinstance(v, list | tuple) and len(v) == 1 for v in values):
+        return None
+    *setting, lr = (v[0] for v in values)
+    if not _is_real(lr):
+        return None
+    if role == "full":
+        return f"full lr={lr:g}"
+    d, seed = setting
+    return f"{method} d={d} seed={seed} lr={lr:g}" if isinstance(method, str) else None
 
 
 ZOO_CONVEX_LABEL = "nuclear-norm"

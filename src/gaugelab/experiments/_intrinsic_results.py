@@ -339,16 +339,7 @@ def report(result: IntrinsicResult, out_dir: str | os.PathLike[str]) -> Path:
         notes.insert(0, result.estimate.crossing.statement)
         notes.append("Not established: " + "; ".join(result.estimate.non_implications) + ".")
     runs = [
-        rep.RunSummary(
-            s.identity,
-            s.termination,
-            f"{s.spec['role']} "
-            + (
-                f"lr={s.spec['full_lrs'][0]:g}"
-                if s.spec["role"] == "full"
-                else f"d={s.spec['dims'][0]} seed={s.spec['seeds'][0]} lr={s.spec['lrs'][0]:g}"
-            ),
-        )
+        rep.RunSummary(s.identity, s.termination, IntrinsicSpec.model_validate(s.spec).run_label())
         for s in result.states
     ]
     return rep.write_report(

@@ -151,6 +151,19 @@ class IntrinsicSpec(ExperimentSpec):
             raise ValueError("IntrinsicSpec: a full run holds one full_lr")
         return self
 
+    def run_label(self) -> str:
+        """What a run trains, in progress lines, the report and ``gaugelab runs list``:
+        ``full lr=0.003`` or ``did d=32 seed=1 lr=0.01``.
+
+        Raises:
+            ValueError: a study spec (``role="study"``), which trains nothing itself.
+        """
+        if self.role == "full":
+            return f"full lr={self.full_lrs[0]:g}"
+        if self.role == "subspace":
+            return f"{self.method} d={self.dims[0]} seed={self.seeds[0]} lr={self.lrs[0]:g}"
+        raise ValueError("IntrinsicSpec.run_label: a study spec trains nothing itself")
+
     def seed_roles(self) -> dict[str, int]:
         roles = {f"seed[{i}]": s for i, s in enumerate(self.seeds)}
         roles.update(init_seed=self.init_seed, split_seed=self.split_seed)

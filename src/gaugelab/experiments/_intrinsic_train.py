@@ -300,7 +300,7 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
         }
         if spec.role == "full":
             lr = spec.full_lrs[0]
-            label = f"full lr={lr:g}"
+            label = spec.run_label()
             loss = _train(
                 model,
                 list(model.parameters()),
@@ -317,7 +317,7 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
         else:
             d, seed, lr = spec.dims[0], spec.seeds[0], spec.lrs[0]
             dtype = getattr(torch, spec.dtype)
-            label = f"{spec.method} d={d} seed={seed} lr={lr:g}"
+            label = spec.run_label()
             out.update(d=d, seed=seed, lr=lr)
 
             def proj(D_: int, k: int) -> Any:
