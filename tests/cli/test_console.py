@@ -220,3 +220,14 @@ def test_a_full_disk_during_the_runs_says_to_rerun(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "the runs completed so far are kept in the store" in err
     assert err.rstrip().endswith("rerun the same command to resume from the last checkpoints")
+
+
+def test_a_long_caption_under_a_narrow_table_is_wrapped_at_the_console_width():
+    caption = "a caption of many words that says what the table does and does not show " * 2
+    table = Table("t", ("a", "b"), [[1, 2]], caption=caption.strip())
+    lines = render(rich_table(table), 80)
+    below = lines[lines.index(next(line for line in lines if line.startswith("└"))) + 1 :]
+    assert 1 < len(below) <= 3, lines  # two lines at 80 columns, not one word a line
+    assert " ".join(line.strip() for line in below) == caption.strip()
+    wide = Table("t", ("a", "b"), [[1, 2]], caption="short")
+    assert "short" in render(rich_table(wide), 80)[-1]  # a short one stays the table's own

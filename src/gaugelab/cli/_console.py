@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 from rich.text import Text
@@ -110,8 +111,20 @@ class FittedTable:
             if k > 0 and title:
                 title = f"{title} (continued)"
             caption = (self.table.caption or None) if k == len(chunks) - 1 else None
-            yield self._render(columns, self._fit([sizes[i] for i in columns], width), title,
-                               caption)  # fmt: skip
+            widths = self._fit([sizes[i] for i in columns], width)
+            # rich wraps a title and a caption to their table's width: over or under a narrow
+            # table a long one would run down the screen a few words a line; it gets the
+            # console's width instead
+            bare = Measurement.get(console, options, self._render(columns, widths, None, None))
+            wide = 4 * bare.maximum >= 3 * width  # wrapped to the table, it reads the same
+            title_fits = wide or not title or cell_len(title) <= bare.maximum
+            caption_fits = wide or not caption or cell_len(caption) <= bare.maximum
+            if not title_fits:
+                yield Text(title, style="table.title", justify="left")
+            yield self._render(columns, widths, title if title_fits else None,
+                               caption if caption_fits else None)  # fmt: skip
+            if not caption_fits:
+                yield Text(caption, style="table.caption", justify="left")
 
     @staticmethod
     def _fit(sizes: list[tuple[int, int]], width: int) -> list[int] | None:
@@ -131,7 +144,11 @@ class FittedTable:
         return widths
 
     def _render(
-        self, columns: list[int], widths: list[int] | None, title: str, caption: str | None
+        self,
+        columns: list[int],
+        widths: list[int] | None,
+        title: str | None,
+        caption: str | None,
     ) -> RichTable:
         out = RichTable(title=Text(title) if title else None,
                         caption=Text(caption) if caption else None)  # fmt: skip
@@ -157,6 +174,11 @@ def failure_line(identity: str, termination: str, message: str, what: str = "") 
     """``failed <identity[:12]> (<what>): <termination> — <message>`` in red."""
     label = f" ({what})" if what else ""
     return Text(f"failed {identity[:12]}{label}: {termination} — {message}", style="red")
+
+
+def count(n: int, noun: str) -> str:
+    """``1 seed``, ``3 seeds``: ``n`` and the noun in the number it takes."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def run_count(done: int, total: int | None) -> str:
