@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
+from gaugelab.cli._console import count, print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
@@ -162,7 +162,8 @@ def zoo(
         raise fail(exc, ZOO_OPTIONS) from None
     for spec in specs:
         header = (
-            f"zoo: {len(spec.rules)} rules × {len(spec.seeds)} seeds, {spec.steps} steps, "
+            f"zoo: {count(len(spec.rules), 'rule')} × {count(len(spec.seeds), 'seed')}, "
+            f"{spec.steps} steps, "
             f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
         )
         outcome = run_with_bars(
@@ -238,7 +239,8 @@ def dial(
     except ValueError as exc:
         raise fail(exc, DIAL_OPTIONS) from None
     header = (
-        f"dial: p ∈ {list(spec.ps)} × {len(spec.lrs)} rates × {len(spec.seeds)} seeds, "
+        f"dial: p ∈ {list(spec.ps)} × {count(len(spec.lrs), 'rate')} × "
+        f"{count(len(spec.seeds), 'seed')}, "
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
     )
     outcome = run_with_bars(

@@ -82,6 +82,11 @@ def paired_table(
     )
 
 
+def _whole(steps: float | None) -> int | None:
+    """A mean step count to the nearest step (``2000``, not ``2e+03``)."""
+    return None if steps is None else round(steps)
+
+
 def zoo_tables(result: ZooResult) -> list[Table]:
     """The zoo table, the split verdict, the per-rate grid (the evidence of the selection) and
     each rule's seed-paired difference from gd."""
@@ -151,14 +156,14 @@ def zoo_tables(result: ZooResult) -> list[Table]:
                     finite_mean([row[j] for row in g.recovery]),
                     f"{status.count(INTERPOLATED)}/{len(status)}",
                     status.count(DIVERGED),
-                    finite_mean([float(row[j]) for row in g.steps]),
-                    "chosen" if j == r.choice.index else "",
+                    _whole(finite_mean([float(row[j]) for row in g.steps])),
+                    "yes" if j == r.choice.index else "",
                 ]
             )
     tables.append(
         Table(
             "every rate of every grid",
-            ["rule", "lr", "mean recovery", "interpolated", "diverged", "mean steps", ""],
+            ["rule", "lr", "mean recovery", "interpolated", "diverged", "mean steps", "chosen"],
             grid_rows,
         )
     )
