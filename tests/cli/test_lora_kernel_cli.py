@@ -36,7 +36,7 @@ def test_a_quick_study_prints_its_diagnostics_and_is_reused(tmp_path):
     assert "1 run(s) (gd) × paths nonlinear, linearized, fixed-features" in out
     assert "checkpoints [0, 2]" in out  # the default cadence cut at --steps
     assert "Kernel diagnostics under gd" in out and "prediction gap" in out
-    assert "forward mode 'plain attention'" in out and "report:" in out
+    assert "fallback mode 'plain attention'" in out and "report:" in out
     assert "do not prove" in out
     again = invoke(*QUICK, "--store", store)
     assert again.exit_code == 0, again.output

@@ -47,7 +47,8 @@ OPTIONS = {
 lora_app = typer.Typer(
     name="lora",
     help="LoRA on real text: fine-tune a character Transformer (full and LoRA at several "
-    "ranks) and inspect adapters (rank policies, truncation, the evidence ladder).",
+    "ranks), inspect, compare and compose PEFT-format adapters, train LoRA gauge twins, "
+    "measure the kernel regime.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

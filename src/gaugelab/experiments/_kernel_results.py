@@ -191,8 +191,10 @@ def notes(result: KernelResult) -> list[str]:
         ))  # fmt: skip
         axes = run.data["axes"]
         if axes.get("fallback"):
-            lines.append(f"{run.optimizer}: forward mode {axes['forward_mode']!r} "
-                         f"({axes['fallback']})")  # fmt: skip
+            lines.append(f"{run.optimizer}: the Jacobian-vector products ran in the fallback "
+                         f"mode {axes['forward_mode']!r}, the same function as the model's "
+                         "forward (expected on CPU, not a failure); the mode before it is not "
+                         f"available here: {axes['fallback']}")  # fmt: skip
     lines.append(
         "Kernel diagnostics are offline evidence on this probe split and metric: they do not "
         "prove stability off the split, under another metric, or that the run is in the "

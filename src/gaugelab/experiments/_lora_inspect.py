@@ -213,7 +213,7 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
     if found.pretrain is None or found.weights is None:
         return result
     if not evidence:
-        result.not_computed.append("evidence ladder: not asked for (evidence=False)")
+        result.not_computed.append("evidence ladder: not asked for (--no-evidence; evidence=False)")
         return result
     corpus = finetune_corpus(found.pretrain, found.target_corpus)
     val = eval_batches(corpus, found.pretrain)

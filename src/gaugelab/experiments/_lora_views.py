@@ -185,6 +185,17 @@ def ladder_figure(result: InspectResult) -> Figure:
     return fig
 
 
+def refuse_existing(folder: Path) -> None:
+    """Raise ``FileExistsError`` (naming the file) when ``folder`` already holds a report or
+    an ``inspect.json``: nothing is ever overwritten."""
+    for name in ("report.html", "inspect.json"):
+        if (folder / name).exists():
+            raise FileExistsError(
+                f"{folder} already holds a {name}; reports are never overwritten (choose "
+                "another folder)"
+            )
+
+
 def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Path:
     """Write ``report.html``, the figures and ``inspect.json`` (every number) into ``out_dir``.
 
@@ -192,8 +203,7 @@ def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Pa
         FileExistsError: ``out_dir`` already holds a report, figures or ``inspect.json``.
     """
     folder = Path(out_dir)
-    if (folder / "report.html").exists() or (folder / "inspect.json").exists():
-        raise FileExistsError(f"{folder} already holds an inspection; choose another folder")
+    refuse_existing(folder)
     figures = [rep.save_figure(spectrum_figure(result), folder, "spectrum",
                                caption="Singular values of each update, relative to the first "
                                "(line style: block).")]  # fmt: skip

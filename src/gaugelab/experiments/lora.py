@@ -43,7 +43,7 @@ from gaugelab.experiments._lora_spec import (
     resolve_targets,
 )
 from gaugelab.experiments._lora_train import Curves, train_pretrain
-from gaugelab.experiments._lora_views import inspect_report, inspect_tables
+from gaugelab.experiments._lora_views import inspect_report, inspect_tables, refuse_existing
 from gaugelab.experiments._study import StudyOutcome, run_experiment
 from gaugelab.study.report import Table, new_report_dir
 from gaugelab.study.store import DEFAULT_STORE_PATH
@@ -194,12 +194,12 @@ def run_lora_inspect(
 
     Raises:
         ValueError, ArtifactError: as :func:`inspect_lora`.
-        FileExistsError: ``report_dir`` already holds an inspection (checked first).
+        FileExistsError: ``report_dir`` already holds a report or an inspection (checked
+            first).
     """
     if report_dir is not None and write_report:
         folder = Path(report_dir)
-        if (folder / "report.html").exists() or (folder / "inspect.json").exists():
-            raise FileExistsError(f"{folder} already holds an inspection; choose another folder")
+        refuse_existing(folder)
     result = inspect_lora(source, store=store, ranks=ranks, seed=seed, study=study,
                           evidence=evidence)  # fmt: skip
     if not write_report:
@@ -208,7 +208,12 @@ def run_lora_inspect(
         Path(report_dir)
         if report_dir is not None
         else new_report_dir(
-            Path(store).parent / "reports", study=f"inspect-{result.label}-{result.source}"
+            Path(store).parent / "reports", study=f"inspect-{result.label}-{_short(result.source)}"
         )
     )
     return result, inspect_report(result, folder)
+
+
+def _short(source: str) -> str:
+    """An inspected source in a folder name: an adapter folder by its own name, a run as is."""
+    return Path(source).name if "/" in source or os.sep in source else source
