@@ -67,7 +67,8 @@ def candidate_table(result: LearnForgetResult, block: str) -> rep.Table:
                 status,
             ]
         )
-    seeds = ", ".join(map(str, result.spec.finetune.seeds))
+    ids = result.spec.finetune.seeds
+    seeds = f"seed{'' if len(ids) == 1 else 's'} {', '.join(map(str, ids))}"
     return rep.Table(
         title=f"Candidates on validation (block {block}), each at its validation-chosen checkpoint",
         columns=[
@@ -88,7 +89,7 @@ def candidate_table(result: LearnForgetResult, block: str) -> rep.Table:
             "gates",
         ],
         rows=rows,
-        caption=f"Mean over seeds {seeds} (nats per character). Gains are oriented "
+        caption=f"Mean over {seeds} (nats per character). Gains are oriented "
         "(L_base − L, higher is better); forgetting is L − L_base on the retention domain. "
         "The tail is the full update's energy beyond rank r at its own chosen checkpoint (a "
         "gate, never the objective); overlap is the min-rank overlap of the LoRA update's row "

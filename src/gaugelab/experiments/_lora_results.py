@@ -162,14 +162,15 @@ def summary_table(result: LoraResult) -> rep.Table:
         rows.append([c.label, c.trainable_parameters, target, delta(target, start_target),
                      retention, delta(retention, start_retention),
                      _spread(c.final("target")), c.seconds])  # fmt: skip
-    seeds = ", ".join(map(str, result.spec.seeds))
+    ids = result.spec.seeds
+    seeds = f"seed{'' if len(ids) == 1 else 's'} {', '.join(map(str, ids))}"
     return rep.Table(
         title="Fine-tuning on the target domain: validation loss after the last step",
         columns=["candidate", "trainable params", "target val loss", "Δ target (learned)",
                  "retention val loss", "Δ retention (forgotten)", "target range over seeds",
                  "seconds"],
         rows=rows,
-        caption=f"Mean cross-entropy (nats per character) over seeds {seeds} on the fixed "
+        caption=f"Mean cross-entropy (nats per character) over {seeds} on the fixed "
         "validation batches; Δ against the pretrained model (negative: lower loss). Full "
         "fine-tuning trains every parameter; LoRA only the factors.",
     )  # fmt: skip
