@@ -220,6 +220,20 @@ def test_output_weighted_truncation_never_loses_to_weight_svd_on_the_captured_in
                 assert row.n_samples == SPEC.pretrain.val_batches * 8 * 64
 
 
+def test_the_ladder_table_shows_each_modules_input_support_of_d_in(inspected):
+    from gaugelab.experiments._lora_views import ladder_table
+
+    result = inspected["lora r=2"]
+    table = ladder_table(result)
+    col = table.columns.index("input support")
+    rows = iter(table.rows)
+    for m in result.modules:
+        for ladder_row in m.ladder:
+            support, d_in = next(rows)[col].split("/")
+            assert (int(support), int(d_in)) == (ladder_row.support_rank, m.shape[1])
+            assert 0 < int(support) <= int(d_in)
+
+
 def test_rank_policies_read_the_configured_rank_of_adapters_and_none_of_dense_updates(inspected):
     for m in inspected["lora r=2"].modules:
         assert m.configured == 2 and m.policy("configured") == 2

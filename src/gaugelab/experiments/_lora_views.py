@@ -87,7 +87,8 @@ def ladder_table(result: InspectResult) -> rep.Table | None:
         return None
     ref = result.reference["target"]
     rows = [
-        [m.module, row.rank, _rel(row.weight_residual, row.update_energy),
+        [m.module, row.rank, f"{row.support_rank}/{m.shape[1]}",
+         _rel(row.weight_residual, row.update_energy),
          _rel(row.weight_residual_ow, row.update_energy),
          _rel(row.output_residual_svd, row.output_energy),
          _rel(row.output_residual_ow, row.output_energy), row.loss_svd - ref,
@@ -97,12 +98,16 @@ def ladder_table(result: InspectResult) -> rep.Table | None:
     ]  # fmt: skip
     return rep.Table(
         title="Evidence ladder per module (only that module's update replaced)",
-        columns=["module", "rank", "weight resid. SVD", "weight resid. OW", "output resid. SVD",
-                 "output resid. OW", "Δ target loss SVD", "Δ target loss OW", "OW − SVD"],
+        columns=["module", "rank", "input support", "weight resid. SVD", "weight resid. OW",
+                 "output resid. SVD", "output resid. OW", "Δ target loss SVD", "Δ target loss OW",
+                 "OW − SVD"],
         rows=rows,
         caption=f"SVD: weight-space truncation; OW: output-weighted truncation on the layer's "
         f"captured inputs (target validation, N = "
         f"{result.modules[0].ladder[0].n_samples if result.modules[0].ladder else 0}). "
+        "Input support: the rank of the inputs' covariance above its support tolerance, of "
+        "d_in; OW drops ΔW on the directions outside it (the data cannot see them), so its "
+        "weight residual can be large while its output residual is small. "
         "Residuals relative to ‖ΔW‖_F² and (1/N)‖XΔWᵀ‖_F²; Δ loss against the model with the "
         f"whole update ({ref:.4f} nats/char). Seed 003 §0x04M: none of these levels implies "
         "the next.",
