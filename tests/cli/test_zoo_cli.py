@@ -117,6 +117,12 @@ def test_bad_options_are_one_line_errors(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("error:"), result.output
 
 
+def test_an_unknown_rule_in_a_list_is_named(tmp_path):
+    result = invoke("zoo", "--rules", "gd,foo", "--store", str(tmp_path / "s.sqlite"))
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: --rules gd,foo: unknown rule(s) ['foo']; allowed: gd,")
+
+
 def _values(store):
     from gaugelab.study.store import RunStore
 

@@ -106,6 +106,7 @@ def _field_clause(error: Mapping[str, Any], options: Mapping[str, str]) -> str:
     if len(loc) > 1:  # a nested field, e.g. lr_grids.adam → --lr adam=…
         value = f"{'.'.join(str(x).replace('_', '-') for x in loc[1:])}={value}"
     kind, ctx = error["type"], error.get("ctx") or {}
+    unknown = ""
     if kind in _BOUNDS:
         bound = next(iter(ctx.values()))
         number = "an integer" if isinstance(error.get("input"), int) else "a number"
@@ -113,10 +114,13 @@ def _field_clause(error: Mapping[str, Any], options: Mapping[str, str]) -> str:
     elif kind == "literal_error":
         allowed = f"allowed: {ctx['expected'].replace(chr(39), '')}"
     elif "; allowed: " in msg:
-        allowed = "allowed: " + msg.split("; allowed: ", 1)[1]
+        head, rest = msg.split("; allowed: ", 1)
+        # which items of a list are unknown ("unknown rule(s) ['foo']") is worth keeping
+        unknown = f"{head}; " if head.startswith("unknown ") else ""
+        allowed = f"{unknown}allowed: {rest}"
     else:
         return f"{options[loc[0]]} {value}: {msg}"
-    return f"{options[loc[0]]} {value}; {allowed}"
+    return f"{options[loc[0]]} {value}{': ' if unknown else '; '}{allowed}"
 
 
 def interrupted(error: BaseException | None = None, *, resumable: bool = False) -> typer.Exit:
