@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -22,6 +22,7 @@ from rich.text import Text
 from gaugelab.cli._console import failure_line, rich_table, wide_console, working
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import check_location, fail, guarded
+from gaugelab.cli._run_labels import trains
 from gaugelab.study.report import Table as ReportTable
 from gaugelab.study.report import new_report_dir
 
@@ -118,90 +119,6 @@ def _find_run(db: "RunStore", prefix: str) -> "RunRow":
             else f"RUN {prefix} is ambiguous ({found}); give more characters"
         )
     return db.run(matches[0])
-
-
-def trains(kind: str, spec: dict[str, Any]) -> str | None:
-    """What a run trains, as its experiment names it: a twin or LoRA-twin run's optimizer, a
-    zoo run's rules (or its convex row), a dial run's settings of p (or gd), a LoRA
-    fine-tuning run's candidate (``full``, ``lora r=4``), a kernel run's optimizers, an
-    intrinsic-dimension run's role and setting, a learn-forget cell's candidate and block;
-    None for other kinds or a spec this version cannot read.
-
-    Read from the stored spec's fields (as ``ZooSpec.labels()`` / ``DialSpec.labels()`` name
-    them; tests/cli/test_startup.py checks the two agree), so that listing runs imports no
-    experiment and no torch.
-    """
-    if kind == "twins":
-        twin = spec.get("twin")
-        return twin.get("optimizer") if isinstance(twin, dict) else None
-    if kind == "lora-twins":
-        optimizer = spec.get("optimizer")
-        return optimizer if isinstance(optimizer, str) else None
-    if kind == "lora-finetune":
-        full, ranks = spec.get("full"), spec.get("ranks")
-        if not isinstance(full, bool) or not isinstance(ranks, list | tuple):
-            return None
-        if not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
-            return None
-        return ", ".join((["full"] if full else []) + [f"lora r={r}" for r in ranks]) or None
-    if kind == "lora-kernel":
-        optimizers = spec.get("optimizers")
-        ok = isinstance(optimizers, list | tuple) and all(isinstance(o, str) for o in optimizers)
-        return (", ".join(optimizers) or None) if ok else None
-    if kind == "intrinsic-dim":
-        return _intrinsic_label(spec)
-    if kind == "learn-forget":
-        candidate, block = spec.get("candidate"), spec.get("block")
-        ok = isinstance(candidate, str) and isinstance(block, str)
-        return f"{candidate} (block {block})" if ok else None
-    if kind == "zoo":
-        rows, extra = spec.get("rules"), {"convex": ZOO_CONVEX_LABEL}
-    elif kind == "dial":
-        ps = spec.get("ps")
-        if not isinstance(ps, list | tuple) or not all(_is_real(p) for p in ps):
-            return None
-        rows, extra = [dial_label(p) for p in ps], {"gd_reference": DIAL_GD_LABEL}
-    else:
-        return None
-    if not isinstance(rows, list | tuple) or not all(isinstance(r, str) for r in rows):
-        return None  # a spec of another gaugelab version
-    flags = [spec.get(field, True) for field in extra]
-    if not all(isinstance(flag, bool) for flag in flags):
-        return None
-    labels = list(rows) + [label for flag, label in zip(flags, extra.values(), strict=True) if flag]
-    return ", ".join(labels) or None
-
-
-def _intrinsic_label(spec: dict[str, Any]) -> str | None:
-    """As the intrinsic-dimension report labels its runs: ``full lr=0.003``, ``did d=32
-    seed=1 lr=0.01``; None for the study role or an unreadable spec."""
-    role, method = spec.get("role"), spec.get("method")
-    fields = {"full": ("full_lrs",), "subspace": ("dims", "seeds", "lrs")}.get(role, ())
-    values = [spec.get(k) for k in fields]
-    if not values or not all(isinstance(v, list | tuple) and len(v) == 1 for v in values):
-        return None
-    *setting, lr = (v[0] for v in values)
-    if not _is_real(lr):
-        return None
-    if role == "full":
-        return f"full lr={lr:g}"
-    d, seed = setting
-    return f"{method} d={d} seed={seed} lr={lr:g}" if isinstance(method, str) else None
-
-
-ZOO_CONVEX_LABEL = "nuclear-norm"
-""":data:`gaugelab.experiments._convex.CONVEX`: the label of the zoo's convex row."""
-DIAL_GD_LABEL = "gd"
-""":data:`gaugelab.experiments.dial.GD_LABEL`: the label of the dial's gd reference."""
-
-
-def dial_label(p: float) -> str:
-    """:func:`gaugelab.experiments.dial.dial_label`: the label of one p, e.g. ``adam-p@0.5``."""
-    return f"adam-p@{p:g}"
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def report_study(store: "RunStore", study: str, out_dir: Path) -> "WrittenReport":
