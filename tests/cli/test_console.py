@@ -85,7 +85,10 @@ def test_after_the_runs_the_progress_line_says_what_the_study_is_doing():
     with console_module.run_bar(console, "cells") as bars:
         bars.runs(2, 2)
         bars.phase("deciding")
-    assert "2/2 runs, deciding" in console.file.getvalue()
+        time.sleep(0.3)  # the bar redraws itself several times a second
+    out = console.file.getvalue()
+    assert "2/2 runs, deciding" in out  # on screen while it decides
+    assert not out.rsplit("2/2 runs", 1)[1].startswith(", deciding")  # the last frame: done
 
 
 def test_the_last_piped_line_says_where_the_runs_ended_not_the_last_phase(monkeypatch, capsys):

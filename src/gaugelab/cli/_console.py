@@ -189,8 +189,8 @@ def run_count(done: int, total: int | None) -> str:
     return "nothing to run (reused from the store)" if total == 0 else f"{done}/{total} runs"
 
 
-def _with_phase(count: str, phase: str | None) -> str:
-    return count if phase is None else f"{count}, {phase}" if count else phase
+def _with_phase(runs: str, phase: str | None) -> str:
+    return runs if phase is None else f"{runs}, {phase}" if runs else phase
 
 
 class RunBars:
@@ -210,14 +210,15 @@ class RunBars:
         self.done, self.total = done, total
         self._update()
 
-    def phase(self, text: str) -> None:
-        """``phase(text)`` for ``run_experiment``: shown after the runs' count."""
+    def phase(self, text: str | None) -> None:
+        """``phase(text)`` for ``run_experiment``: shown after the runs' count (``None``:
+        none, as when the work is done)."""
         self._phase = text
         self._update()
 
     def _update(self) -> None:
-        count = _with_phase(run_count(self.done, self.total), self._phase)
-        self._bar.update(self._runs, completed=self.done, total=self.total, count=count)
+        text = _with_phase(run_count(self.done, self.total), self._phase)
+        self._bar.update(self._runs, completed=self.done, total=self.total, count=text)
 
     def steps(self, label: str, step: int, total: int) -> None:
         """``step_progress(label, step, total)`` for ``run_sweep``."""
@@ -317,7 +318,9 @@ def run_bar(console: Console, description: str) -> Iterator[RunBars | LineProgre
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console) as bar:
-        yield RunBars(bar, description)
+        bars = RunBars(bar, description)
+        yield bars
+        bars.phase(None)  # done: the bar left on screen says where the runs ended
 
 
 @contextlib.contextmanager
