@@ -7,9 +7,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import typer
+from pydantic import Field
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "study"))  # the toy spec of the study tests
@@ -354,3 +356,24 @@ def test_show_of_a_run_without_files_or_metrics_prints_no_empty_tables(tmp_path)
     assert out.exit_code == 0, out.output
     assert out.output.rstrip().endswith("no metrics logged")
     assert "last metrics" not in out.output and "files (" not in out.output
+
+
+class _ListSpec(ToySpec):
+    """A toy spec with one long list, as a LoRA run's corpus file list is."""
+
+    kind: ClassVar[str] = "toy-list"
+    items: list[int] = Field(list(range(20)), description="a long list")
+
+
+def test_show_shortens_a_specs_long_lists_unless_asked_for_the_full_spec(tmp_path):
+    path = tmp_path / "store.sqlite"
+    spec = _ListSpec()
+    with RunStore(path) as store:
+        store.register_run(Manifest.for_spec(spec))
+    short = invoke("runs", "show", spec.identity()[:8], "--store", path)
+    assert short.exit_code == 0, short.output
+    assert '"… 17 more"' in short.output and "--full-spec` prints them whole" in short.output
+    assert "  19\n" not in short.output  # the last item is left out
+    full = invoke("runs", "show", spec.identity()[:8], "--store", path, "--full-spec")
+    assert full.exit_code == 0, full.output
+    assert "  19\n" in full.output and "more" not in full.output.split("attempts")[0]

@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -93,6 +93,10 @@ def _check_study(db: "RunStore", study: str | None, what: str = "--study") -> No
 _PREFIX = re.compile(r"[0-9a-f]{4,64}")
 MIN_PREFIX = 4
 """The shortest identity prefix ``runs show`` accepts."""
+SPEC_LIST_MAX = 8
+SPEC_LIST_HEAD = 3
+"""``runs show`` prints a spec list longer than ``SPEC_LIST_MAX`` as its first
+``SPEC_LIST_HEAD`` items (``--full-spec``: whole)."""
 
 
 def _find_run(db: "RunStore", prefix: str) -> "RunRow":
@@ -166,6 +170,14 @@ def show_run(
         str, typer.Argument(help=f"A unique identity prefix ({MIN_PREFIX}+ hex characters).")
     ],
     store: StoreOption = DEFAULT_STORE_PATH,
+    full_spec: Annotated[
+        bool,
+        typer.Option(
+            "--full-spec",
+            help=f"Print every item of the spec's long lists (default: the first "
+            f"{SPEC_LIST_HEAD} of a list longer than {SPEC_LIST_MAX}, e.g. a corpus's files).",
+        ),
+    ] = False,
 ) -> None:
     """Show one run: its manifest, spec, attempts, files (each checked against the sha256 the
     store recorded) and the last value of each metric."""
@@ -197,7 +209,11 @@ def show_run(
         manifest.add_row(key, _t(value))
     console.print(manifest)
     console.print(Text("spec:", style="bold"))
-    console.print(Text(json.dumps(row.spec, indent=2, sort_keys=True, ensure_ascii=False)))
+    spec = row.spec if full_spec else _shortened(row.spec)
+    console.print(Text(json.dumps(spec, indent=2, sort_keys=True, ensure_ascii=False)))
+    if spec != row.spec:
+        console.print(Text(f"(long lists shortened; `gaugelab runs show {row.identity[:12]} "
+                           "--full-spec` prints them whole)", style="dim"))  # fmt: skip
     table = Table(title="attempts")
     for col in ("attempt", "termination", "started (UTC)", "ended (UTC)", "message"):
         table.add_column(col, overflow="fold")
@@ -228,6 +244,19 @@ def show_run(
     for r in last.values():
         table.add_row(_t(r.name), _t(r.step), _t(f"{r.value:.6g}"), _t(r.ordinal))
     console.print(table)
+
+
+def _shortened(value: Any) -> Any:
+    """``value`` (a stored spec) with every list longer than :data:`SPEC_LIST_MAX` cut to its
+    first :data:`SPEC_LIST_HEAD` items and a string saying how many are left out."""
+    if isinstance(value, dict):
+        return {k: _shortened(v) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [_shortened(v) for v in value]
+        if len(items) > SPEC_LIST_MAX:
+            return [*items[:SPEC_LIST_HEAD], f"… {len(items) - SPEC_LIST_HEAD} more"]
+        return items
+    return value
 
 
 def _relative(path: Path, folder: Path) -> str:
