@@ -13,9 +13,9 @@ import scipy.linalg
 import torch
 
 from gaugelab.adapters import Adapter, AdapterModule
-from gaugelab.experiments._compare_sources import open_store
 from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus, pretrain_weights
 from gaugelab.experiments._lora_ladder import mean_loss
+from gaugelab.experiments._lora_sources import open_store
 from gaugelab.experiments.lora import FinetuneSpec, quick_spec, run_lora_finetune
 from gaugelab.experiments.lora_compare import compare_lora, compose_lora, run_lora_compare
 from gaugelab.lowrank import energy_rank
@@ -41,7 +41,7 @@ def study(tmp_path_factory, one_thread):
 
 
 def _dense(store, label, seed, study="main"):
-    from gaugelab.experiments._compare_sources import find
+    from gaugelab.experiments._lora_sources import find
 
     with open_store(store) as db:
         return find(label, db, seed, study, "test")

@@ -18,16 +18,10 @@ from pathlib import Path
 
 import torch
 
-from gaugelab.experiments._compare_sources import (
-    Found,
-    find,
-    losses,
-    merged_model,
-    open_store,
-    order,
-    target_batches,
-)
+from gaugelab.experiments._compare_sources import losses, merged_model, target_batches
 from gaugelab.experiments._lora_ladder import capture_inputs
+from gaugelab.experiments._lora_sources import Found, find, open_store
+from gaugelab.experiments._lora_spec import order
 from gaugelab.lowrank.composition import (
     ModuleLedger,
     compose_adapters,

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
-from gaugelab.experiments._compare_sources import find
 from gaugelab.experiments._lora_data import base_model, eval_batches, finetune_corpus
 from gaugelab.experiments._lora_ladder import (
     JointRow,
@@ -33,14 +30,10 @@ from gaugelab.experiments._lora_ladder import (
     ladder,
     mean_loss,
 )
-from gaugelab.experiments._lora_sources import (
-    Source,
-)
-from gaugelab.experiments._lora_spec import ALL_TARGETS
+from gaugelab.experiments._lora_sources import Source, find, open_store
+from gaugelab.experiments._lora_spec import ALL_TARGETS, LAYER, family
 from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
 from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
-
-_LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
 
 
 @dataclass(frozen=True)
@@ -110,13 +103,6 @@ class InspectResult:
         return bool(self.joint)
 
 
-def _family(module: str) -> str:
-    leaf = module.rsplit(".", 1)[-1]
-    return {"q_proj": "attention", "k_proj": "attention", "v_proj": "attention",
-            "o_proj": "attention", "fc_in": "mlp", "fc_gate": "mlp", "fc_out": "mlp"}.get(
-        leaf, "other")  # fmt: skip
-
-
 def _module_report(module: str, update: object, configured: int | None, scale: float | None,
                    shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype):  # fmt: skip
     policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype)
@@ -124,9 +110,9 @@ def _module_report(module: str, update: object, configured: int | None, scale: f
     rows = [{"rank": r.rank, "retained_energy": r.retained_energy,
              "retained_mass": r.retained_mass, "frobenius_squared": r.frobenius_squared,
              "spectral": r.spectral, "non_unique": r.non_unique} for r in sweep.rows]  # fmt: skip
-    match = _LAYER.search(module)
+    match = LAYER.search(module)
     return ModuleReport(
-        module=module, layer=int(match[1]) if match else None, family=_family(module),
+        module=module, layer=int(match[1]) if match else None, family=family(module),
         shape=shape, configured=configured, scale=scale, policies=policies,
         energy90=int(energy_rank(update, matrix_id=module, rho=0.9).value),
         sigma=sweep.sigma.tolist(), truncation=rows,
@@ -173,25 +159,9 @@ def inspect_lora(
     ranks = tuple(ranks)
     if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
         raise ValueError(f"inspect_lora: ranks={list(ranks)}; allowed: integers >= 0")
-    path = Path(source)
-    opened = None
-    if isinstance(store, RunStore):
-        db = store
-    elif Path(store).exists():
-        db = opened = RunStore(store, create=False)
-    else:
-        db = None
-    try:
-        if db is None and not path.exists() and "/" not in str(source):
-            raise ValueError(
-                f"inspect_lora: {str(source)!r} is not an adapter folder, and there is no run "
-                f"store at {store} to look it up as a run"
-            )
-        return _inspect(find(str(source), db, seed, study, "inspect_lora").source, ranks,
-                        evidence)  # fmt: skip
-    finally:
-        if opened is not None:
-            opened.close()
+    with open_store(store) as db:
+        found = find(str(source), db, seed, study, "inspect_lora")
+        return _inspect(found.source, ranks, evidence)
 
 
 def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:

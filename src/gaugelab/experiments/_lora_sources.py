@@ -1,13 +1,17 @@
-"""Where :func:`gaugelab.experiments.lora.inspect_lora` finds an update: a PEFT adapter folder
-(with its base model and data when it names a pretrain run of the store), a candidate label of a
-stored study, or a run identity — every stored file read after its sha256 check.
+"""Where ``lora inspect``, ``lora compare`` and ``lora compose`` find an update: a PEFT adapter
+folder (with its base model and data when it names a pretrain run of the store), a candidate
+label of a stored study, or a run identity — every stored file read after its sha256 check
+(:func:`find` resolves a name; :func:`open_store` opens the store when there is one).
 
-Source: docs/commands/lora.md (inspect).
+Source: docs/commands/lora.md (inspect), docs/commands/lora-compare.md.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +29,8 @@ from gaugelab.experiments._study import ArtifactError, verified_bytes, verified_
 from gaugelab.study.store import RunStore
 from gaugelab.tasks import TwoDomainSpec
 
-__all__ = ["CANDIDATE", "Source", "candidate_run", "resolve_path", "resolve_run"]
+__all__ = ["CANDIDATE", "Found", "Source", "candidate_run", "find", "open_store", "resolve_path",
+           "resolve_run"]  # fmt: skip
 
 
 @dataclass
@@ -170,3 +175,111 @@ def resolve_run(store: RunStore, prefix: str, seed: int | None) -> Source:
     dtype = next(iter(dense.values())).dtype
     return Source(where, label, "full", seed, {}, dense, others, dtype, spec.pretrain, weights,
                    logged, target_corpus=spec.target_corpus)  # fmt: skip
+
+
+@dataclass
+class Found:
+    """A resolved source under the name it was asked for."""
+
+    name: str
+    source: Source
+
+    @property
+    def label(self) -> str:
+        """What to call it in tables: ``lora r=4 seed 0``, ``full seed 1``, or the folder;
+        a run named by its identity keeps it (``lora r=4 seed 0, run ec3253287961``)."""
+        s = self.source
+        if s.seed is None:
+            return Path(self.name).name or self.name
+        named = "" if self.name in (s.label, "full") else f", {s.source}"
+        return f"{s.label} seed {s.seed}{named}"
+
+    def updates(self) -> dict[str, object]:
+        """Module → ``(B, A, s)`` float64 factors (LoRA) or a dense ``[d_out, d_in]`` float64
+        update (full fine-tuning)."""
+        f64 = torch.float64
+        out: dict[str, object] = {m: (B.to(f64), A.to(f64), s)
+                                  for m, (B, A, s) in self.source.factors.items()}  # fmt: skip
+        out.update({m: d.to(f64) for m, d in self.source.dense.items()})
+        return out
+
+
+@contextmanager
+def open_store(store: str | os.PathLike[str] | RunStore) -> Iterator[RunStore | None]:
+    """The store (opened read-only-ish, ``create=False``), or ``None`` when the file is missing."""
+    if isinstance(store, RunStore):
+        yield store
+        return
+    if not Path(store).exists():
+        yield None
+        return
+    db = RunStore(store, create=False)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+_PREFIX = re.compile(r"[0-9a-f]{4,64}")
+
+
+def _candidates(db: RunStore, study: str | None) -> list[str]:
+    """The candidate labels of ``study`` (default: every fine-tuning study of ``db``)."""
+    names: dict[str, None] = {}
+    for row in db.studies():
+        if row.kind == FinetuneSpec.kind and study in (None, row.name):
+            for run in db.runs(row.name):
+                spec = run.spec
+                names["full" if spec["full"] else f"lora r={spec['ranks'][0]}"] = None
+    return list(names)
+
+
+def find(
+    name: str,
+    db: RunStore | None,
+    seed: int | None,
+    study: str | None,
+    func: str,
+    *,
+    seed_name: str = "seed",
+) -> Found:
+    """Resolve ``name``: an existing path (a PEFT folder), a candidate label (``full``,
+    ``lora r=4``) of ``study`` (default: the newest that has it), or a run identity prefix.
+
+    Raises:
+        ValueError: nothing matches (a name with ``/`` that does not exist: "no such adapter
+            folder"; else what was looked for); the run is not a completed fine-tuning run;
+            ``seed`` (named ``seed_name``) is not one of the run's seeds.
+    """
+    path = Path(name)
+    if path.exists():
+        return Found(name, resolve_path(path, db))
+    if "/" in name or os.sep in name:
+        raise ValueError(f"{func}: no such adapter folder: {name}")
+    if db is None:
+        raise ValueError(
+            f"{func}: {name!r} is not an adapter folder, and there is no run store to look it "
+            "up as a candidate label or run identity"
+        )
+    if CANDIDATE.fullmatch(name):
+        try:
+            identity = candidate_run(db, name, study)
+        except ValueError as exc:
+            if "no candidate" not in str(exc):
+                raise ValueError(str(exc).replace("inspect_lora", func)) from None
+            where = f"study {study!r}" if study else f"the fine-tuning studies of {db.path}"
+            have = ", ".join(repr(c) for c in _candidates(db, study)) or "none"
+            raise ValueError(f"{func}: no candidate {name!r} in {where}; allowed: {have}") from None
+    elif _PREFIX.fullmatch(name):
+        identity = name
+    else:
+        raise ValueError(
+            f"{func}: {name!r} is no adapter folder, no candidate label (full, 'lora r=K') and "
+            "no run identity prefix (4 to 64 lowercase hex characters)"
+        )
+    try:
+        source = resolve_run(db, identity, seed)
+    except ValueError as exc:
+        message = str(exc).replace("inspect_lora", func)
+        raise ValueError(message.replace("seed=", f"{seed_name}=")) from None
+    return Found(name, source)

@@ -29,7 +29,8 @@ from pathlib import Path
 import torch
 
 from gaugelab.experiments._compare_compose import ComposeResult, compose_lora
-from gaugelab.experiments._compare_sources import LAYER, family, find, open_store, order
+from gaugelab.experiments._lora_sources import find, open_store
+from gaugelab.experiments._lora_spec import LAYER, family, order
 from gaugelab.lowrank.subspaces import (
     HaarNull,
     UpdateBases,
