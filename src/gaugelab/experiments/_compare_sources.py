@@ -1,6 +1,6 @@
 """What ``lora compare`` / ``lora compose`` need beside a resolved source
-(:func:`gaugelab.experiments._lora_sources.find`): the module order and families, and, when
-the source's base model is known, its validation data, merged model and losses.
+(:func:`gaugelab.experiments._lora_sources.find`), when its base model is known: its
+validation data, its base with the updates merged, and losses.
 
 Source: docs/commands/lora-compare.md.
 """
