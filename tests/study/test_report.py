@@ -241,3 +241,10 @@ def test_the_figure_functions_stay_importable_from_report():
     for name in figures.__all__:
         assert getattr(report, name) is getattr(figures, name), name
         assert name in report.__all__, name
+
+
+@pytest.mark.parametrize(("seeds", "text"), [((0,), "seed 0"), ([0, 1, 2], "seeds 0, 1, 2")])
+def test_seeds_phrase_takes_the_number_of_its_seeds(seeds, text):
+    from gaugelab.study.report import seeds_phrase
+
+    assert seeds_phrase(seeds) == text

@@ -265,16 +265,17 @@ class LineProgress:
         with self._lock:
             self._steps[label] = (step, total)
 
-    def phase(self, text: str) -> None:
-        """``phase(text)`` for ``run_experiment``: shown after the runs' count."""
+    def phase(self, text: str | None) -> None:
+        """``phase(text)`` for ``run_experiment``: shown after the runs' count (``None``:
+        none, as when the work is done)."""
         with self._lock:
             self._phase = text
 
     def line(self) -> str:
         """The progress line as of now."""
         with self._lock:
-            count = _with_phase(run_count(self.done, self.total), self._phase)
-            parts = [count] if count else []
+            runs = _with_phase(run_count(self.done, self.total), self._phase)
+            parts = [runs] if runs else []
             running = [(k, s, t) for k, (s, t) in self._steps.items() if s < t]
             parts += [f"{label} {step}/{total} steps" for label, step, total in running[-4:]]
         parts.append(_elapsed(time.monotonic() - self._start))
@@ -298,7 +299,7 @@ class LineProgress:
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         self._stopped.set()
         self._thread.join()
-        self._phase = None  # done: the last line says where the runs ended, not a phase
+        self.phase(None)  # done: the last line says where the runs ended, not a phase
         if self._printed and kind is None:
             self._print(unless_repeated=True)
 

@@ -67,8 +67,7 @@ def candidate_table(result: LearnForgetResult, block: str) -> rep.Table:
                 status,
             ]
         )
-    ids = result.spec.finetune.seeds
-    seeds = f"seed{'' if len(ids) == 1 else 's'} {', '.join(map(str, ids))}"
+    seeds = rep.seeds_phrase(result.spec.finetune.seeds)
     return rep.Table(
         title=f"Candidates on validation (block {block}), each at its validation-chosen checkpoint",
         columns=[

@@ -162,8 +162,7 @@ def summary_table(result: LoraResult) -> rep.Table:
         rows.append([c.label, c.trainable_parameters, target, delta(target, start_target),
                      retention, delta(retention, start_retention),
                      _spread(c.final("target")), c.seconds])  # fmt: skip
-    ids = result.spec.seeds
-    seeds = f"seed{'' if len(ids) == 1 else 's'} {', '.join(map(str, ids))}"
+    seeds = rep.seeds_phrase(result.spec.seeds)
     return rep.Table(
         title="Fine-tuning on the target domain: validation loss after the last step",
         columns=["candidate", "trainable params", "target val loss", "Δ target (learned)",

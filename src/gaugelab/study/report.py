@@ -63,6 +63,7 @@ __all__ = [
     "plot_scatter",
     "render_report",
     "save_figure",
+    "seeds_phrase",
     "step_axis",
     "write_report",
 ]
@@ -143,6 +144,12 @@ class StudyReport:
     notes: Sequence[str] = ()
     created_at: datetime | str | None = None
     study: bool = True
+
+
+def seeds_phrase(seeds: Sequence[int]) -> str:
+    """``seed 0`` or ``seeds 0, 1, 2``: the seeds a table's numbers are taken over, for its
+    caption."""
+    return f"seed{'' if len(seeds) == 1 else 's'} {', '.join(map(str, seeds))}"
 
 
 def format_number(value: Any) -> str:
