@@ -101,7 +101,7 @@ def normalise(text: str) -> str:
 def outputs(tmp_path_factory) -> dict[str, str]:
     """Golden name → the command's normalised output, every command run once, in order."""
     tmp = tmp_path_factory.mktemp("golden")
-    env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1", "TERM": "dumb"}
+    env = {**os.environ, "COLUMNS": "160", "NO_COLOR": "1", "TERM": "dumb"}
     results = {}
     for name, args in COMMANDS.items():
         argv = [a.replace("{tmp}", str(tmp)) for a in args]
