@@ -8,10 +8,10 @@ one package per experiment, so a rearrangement that changes any table, verdict o
 here.
 
 Normalisation (what is stable across CPUs, the rounding the docs use): progress lines are
-dropped; paths, timestamps and content hashes are masked; table cells are taken without the
-box drawing and column padding; prose is re-joined (rich wraps it to the console width);
-every non-integer, and every integer of three or more significant digits, is written
-with two, and a non-zero number
+dropped; paths, timestamps, content hashes and columns of wall-clock seconds are masked;
+table cells are taken without the box drawing and column padding; prose is re-joined (rich
+wraps it to the console width); every non-integer, and every integer of three or more
+significant digits, is written with two, and a non-zero number
 below 1e-4 in magnitude — round-off-sized, and different on another CPU — reads ``~0``.
 
 To record the files anew after an intended change of output:
@@ -48,6 +48,7 @@ COMMANDS: dict[str, list[str]] = {
 }
 """Golden name → the command's arguments (``{tmp}``: the test's folder)."""
 
+_TIMED = {"seconds", "time", "wall", "wall s"}
 _PROGRESS = re.compile(r"^[\w -]+: \d+/\d+ \w+.*\d\d:\d\d$")
 _BOX = re.compile(r"^[\s─━═┏┓┗┛┡┩└┘├┤┬┴┼╇╈┳┻╋┃│]*$")
 _PATH = re.compile(r"(?<![\w.])/[^\s'\"`),]+")
@@ -71,6 +72,8 @@ def normalise(text: str) -> str:
     """The stable content of a command's output (see the module docstring)."""
     out: list[str] = []
     prose: list[str] = []
+    timed: set[int] = set()  # the current table's columns of wall-clock seconds
+    header = False
 
     def flush() -> None:
         if prose:
@@ -90,6 +93,13 @@ def normalise(text: str) -> str:
         if "│" in line or "┃" in line:
             flush()
             cells = [c.strip() for c in re.split(r"[│┃]", line)]
+            if "┃" in line:  # a header line (a header may span several)
+                named = {i for i, c in enumerate(cells) if c in _TIMED}
+                timed = (timed if header else set()) | named
+                header = True
+            else:
+                header = False
+                cells = ["<seconds>" if i in timed else c for i, c in enumerate(cells)]
             out.append("| " + " | ".join(cells[1:-1]) + " |")
         else:
             prose.extend(line.split())
@@ -126,10 +136,11 @@ def test_normalise_rounds_masks_and_unwraps():
     text = (
         "twin runs: 1/4 runs, adam 24/100 steps, 00:05\n"
         "report: /tmp/x/reports/zoo-a39aeaa59d33/20261203T141523Z/report.html\n"
-        "┃ rule ┃ step 1   ┃\n│ adam │ 3.62e-03 │\n│ q_proj │ 2.87e-07 │\n"
+        "┃ rule ┃ step 1   ┃ seconds ┃\n│ adam │ 3.62e-03 │ 0.7 │\n│ q_proj │ 2.87e-07 │ 1 │\n"
         "gauge twin 3.6e-03 at step 1, 12607× its noise\ntwin, 0.247 and 1200 steps\n"
     )
     assert normalise(text) == (
-        "report: <path>\n| rule | step 1 |\n| adam | 0.0036 |\n| q_proj | ~0 |\n"
+        "report: <path>\n| rule | step 1 | seconds |\n| adam | 0.0036 | <seconds> |\n"
+        "| q_proj | ~0 | <seconds> |\n"
         "gauge twin 0.0036 at step 1, 1.3e+04× its noise twin, 0.25 and 1200 steps\n"
     )
