@@ -1,7 +1,8 @@
 """Intrinsic dimension: the Fastfood projection against the dense one (seed 003 §0x02C–D).
 
 One forward ``P u`` plus one adjoint ``Pᵀ g`` (what a DID training step costs beyond the model),
-float32, at D = 10⁶, d = 10³: ``gaugelab.lowrank.intrinsic.FastfoodProjection`` (``O(D)`` state,
+float32, at D = 10⁶, d = 10³: ``gaugelab.lowrank.intrinsic.protocol.FastfoodProjection`` (``O(D)``
+state,
 ``O(D log d)`` time, our own FWHT) against ``DenseProjection`` (the ``[D, d]`` unit-column
 Gaussian matrix, 4 GB, one matrix–vector product each way) — targets: time ≥ 10×, memory
 ≥ 100×. Then Fastfood alone at D = 10⁷ (the dense matrix would hold 40 GB). ``--quick``: D =
@@ -19,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
-from gaugelab.lowrank.intrinsic import DenseProjection, FastfoodProjection, adjoint_defect
+from gaugelab.lowrank.intrinsic.protocol import DenseProjection, FastfoodProjection, adjoint_defect
 
 TITLE = "Intrinsic dimension: Fastfood forward + adjoint vs the dense projection"
 COLUMNS = [

@@ -8,7 +8,8 @@ output (``N·C = 62,322`` rows: a dense Jacobian would hold 62,322 × 104,896 fl
 
 (a) At the largest probe size where the dense peer fits the machine's budget (N = 32
 examples, 2 × 630 MB of Jacobians; N = 8 with ``--quick``): ``D_K = ‖K_t − K_0‖_F / ‖K_0‖_F``
-by the probe estimator (:class:`gaugelab.lowrank.kernels.KernelProbes`, Q Rademacher output
+by the probe estimator (:class:`gaugelab.lowrank.kernels.explanation.KernelProbes`, Q Rademacher
+output
 probes, two VJPs and two JVPs each, plus ``R_lin`` and ``D_J``) against the peer that forms
 ``J_0`` and ``J_t`` densely (``torch.func.jacrev``) and contracts ``K = J Jᵀ``: time, peak
 memory (target: peer / ours ≥ 50×), and the two values (the estimate must lie within 4
@@ -32,8 +33,8 @@ import torch.nn.functional as F
 
 from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
 from gaugelab.determinism import deterministic
-from gaugelab.experiments.twins import twin_model_config
-from gaugelab.lowrank.kernels import (
+from gaugelab.experiments.twins.run import twin_model_config
+from gaugelab.lowrank.kernels.explanation import (
     KernelProbes,
     Metric,
     StackedOutputs,

@@ -1,12 +1,12 @@
 """LoRA twins: one twin-triplet training step as one ensemble against stepping the members apart.
 
 The five members of ``gaugelab lora twins`` (base adapter, GL(r) gauge twin, scalar twin,
-identity twin, noise twin; :func:`gaugelab.experiments._lora_twins_train.build_lora_twins`) on
+identity twin, noise twin; :func:`gaugelab.experiments.lora_twins.train.build_lora_twins`) on
 the LoRA protocol's model (3 blocks, d_model 64, r = 4 on every projection, windows of 64
 characters), one training step each: forward on the shared minibatch, backward, optimizer step.
 Ours: the members as one :class:`gaugelab.models.Ensemble` with the optimizer over the stacked
 factors (``member_dims = 1``), exactly as the twin phase builds them
-(:func:`gaugelab.experiments._lora_twins_train.make_twin_optimizer`). The peer: five separate
+(:func:`gaugelab.experiments.lora_twins.train.make_twin_optimizer`). The peer: five separate
 models, each with its own optimizer of the same rule, stepped one after the other. Rows: adam
 and undamped scaled-gd at the protocol's batch of 16, and adam at batch 1 (``--quick``: adam at
 16 only). Before timing, the ensemble's first-step member losses must equal the separate models'
@@ -23,9 +23,9 @@ import torch.nn.functional as F
 
 from gaugelab.cli.bench import ratio_cell, time_calls
 from gaugelab.determinism import deterministic
-from gaugelab.experiments._lora_diagnostics import lora_pairs
-from gaugelab.experiments._lora_twins_spec import LoraTwinSpec
-from gaugelab.experiments._lora_twins_train import build_lora_twins, make_twin_optimizer
+from gaugelab.experiments.lora.diagnostics import lora_pairs
+from gaugelab.experiments.lora_twins.spec import LoraTwinSpec
+from gaugelab.experiments.lora_twins.train import build_lora_twins, make_twin_optimizer
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import ScaledGD, make_optimizer

@@ -286,7 +286,7 @@ def _gaugelab(*args: str) -> list[str]:
 
 def _grids(rules, quick_lr: bool = False) -> dict[str, tuple[bool, tuple[float, ...]]]:
     """Rule → (adaptive, its zoo grid), for the peer."""
-    from gaugelab.experiments.zoo import LearningRateGrids
+    from gaugelab.experiments.sensing.zoo import LearningRateGrids
 
     adaptive = {"adam", "adamw", "scalar-adam", "rmsprop", "adafactor", "adam-p"}
     grids = LearningRateGrids()
@@ -303,9 +303,9 @@ def _zoo_compute(steps: int) -> tuple[Timing, float]:
     """Warm seconds of the tiny zoo's two rules through the engine (3 repeats, after one), and
     the median CPU seconds of a repeat."""
     from gaugelab.determinism import deterministic
-    from gaugelab.experiments._sensing import SensingBatch
-    from gaugelab.experiments._training import train_rule
-    from gaugelab.experiments.zoo import ZooSpec
+    from gaugelab.experiments.sensing.problem import SensingBatch
+    from gaugelab.experiments.sensing.train import train_rule
+    from gaugelab.experiments.sensing.zoo import ZooSpec
 
     spec = ZooSpec(rules=RULES, seeds=SEEDS, steps=steps, convex=False)
     batch = SensingBatch.build(spec)
@@ -337,10 +337,10 @@ import json, sys, tempfile, time
 t0 = time.perf_counter()
 import gaugelab.cli
 t1 = time.perf_counter()
-import gaugelab.experiments.zoo as zoo
+import gaugelab.experiments.sensing.zoo as zoo
 from gaugelab.determinism import deterministic
-from gaugelab.experiments._sensing import SensingBatch
-from gaugelab.experiments._training import train_rule
+from gaugelab.experiments.sensing.problem import SensingBatch
+from gaugelab.experiments.sensing.train import train_rule
 t2 = time.perf_counter()
 spec = zoo.ZooSpec(rules=tuple(sys.argv[2].split(",")), steps=int(sys.argv[1]), convex=False)
 batch = SensingBatch.build(spec)
@@ -474,7 +474,7 @@ def run(*, quick: bool = False, progress=None) -> list[list]:
         advance()
 
         # peak memory
-        from gaugelab.experiments.zoo import ZooSpec
+        from gaugelab.experiments.sensing.zoo import ZooSpec
 
         twins = ["--optimizers", "adam", "--steps", "10"] if quick else ["--quick"]
         optimizers = "adam" if quick else "adam,heavy-ball,scalar-adam,muon-hybrid"

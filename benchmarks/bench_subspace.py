@@ -1,7 +1,8 @@
 """Subspace similarity of two adapters in factor space against forming every update densely.
 
 Two synthetic rank-64 adapters (seeded) over 32 modules of 4096 × 4096 (``--quick``: 8 modules
-of 1024 × 1024), float32, ``ΔW = s·B A``. *Ours*: ``gaugelab.lowrank.subspaces.compare_updates``
+of 1024 × 1024), float32, ``ΔW = s·B A``. *Ours*:
+``gaugelab.lowrank.subspaces.compare.compare_updates``
 — row and column principal angles of every module (QR of ``B`` and ``Aᵀ``, SVD of the small
 core, cosines from the cross matrix, sines from the residual), batched 2 modules at a time;
 ``B A`` is never formed. *Peer*: per module, form both ``B A`` (numpy) and call
@@ -33,7 +34,7 @@ import scipy.linalg
 import torch
 
 from gaugelab.cli.bench import peak_mib, ratio_cell, time_calls
-from gaugelab.lowrank.subspaces import compare_updates
+from gaugelab.lowrank.subspaces.compare import compare_updates
 
 TITLE = "Subspace similarity: factor-space principal angles vs forming B A + scipy"
 COLUMNS = ["case", "ours s", "peer s (extrapolated)", "ratio (peer / ours)", "target",

@@ -41,7 +41,7 @@ if _HERE not in sys.path:
 from gaugelab.cli.bench import Timing, ratio_cell, time_calls  # noqa: E402
 from gaugelab.study.runner import execute_run, spec_reference  # noqa: E402
 from gaugelab.study.spec import ExperimentSpec, Manifest  # noqa: E402
-from gaugelab.study.store import RunStore  # noqa: E402
+from gaugelab.study.store.db import RunStore  # noqa: E402
 from gaugelab.study.sweep import Sweep, run_sweep  # noqa: E402
 
 TITLE = "sweep harness: trivial runs vs a bare process pool; run-store metric writes"

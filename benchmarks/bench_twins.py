@@ -21,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gaugelab.cli.bench import matmul_rate, ratio_cell, time_calls
 from gaugelab.determinism import deterministic
-from gaugelab.experiments.twins import TwinSpec, build_members
+from gaugelab.experiments.twins.run import TwinSpec, build_members
 from gaugelab.models import Ensemble
 from gaugelab.optim import make_optimizer
 from gaugelab.tasks import ModularArithmetic

@@ -26,9 +26,9 @@ import math
 import torch
 
 from gaugelab.cli.bench import Timing, ratio_cell, time_calls
-from gaugelab.experiments._sensing import SensingBatch
-from gaugelab.experiments._training import train_rule
-from gaugelab.experiments.zoo import ZooSpec
+from gaugelab.experiments.sensing.problem import SensingBatch
+from gaugelab.experiments.sensing.train import train_rule
+from gaugelab.experiments.sensing.zoo import ZooSpec
 from gaugelab.linalg import psd_power
 from gaugelab.optim import cosine_factor
 from gaugelab.tasks import MatrixSensing

@@ -1,7 +1,7 @@
 """LoRA factor dynamics on the character model: zero-product starts and rank scaling.
 
 Measures, on gaugelab's small character Transformer (pretrained on tiny-shakespeare, adapted
-on the standard-library target text; ``gaugelab.experiments.lora``):
+on the standard-library target text; ``gaugelab.experiments.lora.run``):
 
 (a) the four zero-product initialisations of seed 003 §0x07F — standard (A random, B = 0),
     reversed (A = 0, B random), both zero, and cancelling (both nonzero, B A = 0) — their
@@ -11,7 +11,7 @@ on the standard-library target text; ``gaugelab.experiments.lora``):
     against rank r ∈ {1, 4, 16, 64}, for the scales ``α/r`` (p = 1) and ``α/√r`` (p = 1/2)
     with the down factor's row variance constant (q = 0) or ∝ 1/r (q = 1); the fitted log–log
     slope against the predicted exponent ``1 − 2p − q`` of the coefficient ``s² r σ_A²``
-    (seed 003 §0x08F, :func:`gaugelab.lowrank.dynamics.rank_scaling_exponent`). Reported for
+    (seed 003 §0x08F, :func:`gaugelab.lowrank.dynamics.motion.rank_scaling_exponent`). Reported for
     the mean product step over seeds (the seed's expectation ``E[Δ̇₀]``), the mean ``‖∇_B‖²``
     (the seed's exact second moment) and the mean step norm (not covered by the derivation).
 
@@ -32,8 +32,8 @@ import safetensors
 import safetensors.torch
 import torch
 
-from gaugelab.experiments.lora import ALL_TARGETS, PretrainSpec, train_pretrain
-from gaugelab.lowrank.dynamics import MECHANISMS, rank_scaling_exponent
+from gaugelab.experiments.lora.run import ALL_TARGETS, PretrainSpec, train_pretrain
+from gaugelab.lowrank.dynamics.motion import MECHANISMS, rank_scaling_exponent
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.tasks import TwoDomainText
 

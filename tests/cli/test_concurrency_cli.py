@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 
 TWINS = ("twins", "--steps", "30", "--optimizers", "adam,scalar-adam")  # in this process
 ZOO = (  # on a pool of two workers

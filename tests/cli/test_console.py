@@ -12,7 +12,7 @@ from rich.console import Console
 
 import gaugelab.cli._console as console_module
 from gaugelab.cli._console import LineProgress, rich_table, run_with_bars
-from gaugelab.study.report import Table
+from gaugelab.study.report.builder import Table
 
 RULES = ("gd", "scalar-adam", "nuclear-norm", "adam-p@0.75", "muon-hybrid")
 COLUMNS = ("rule", "O(k) claim", "lr", "schedule", "mean recovery", "recovery per seed",

@@ -16,8 +16,8 @@ from gaugelab.cli._errors import (
     option_message,
 )
 from gaugelab.cli.zoo import DIAL_OPTIONS, ZOO_OPTIONS
-from gaugelab.experiments.dial import DialSpec
-from gaugelab.experiments.zoo import ZooSpec
+from gaugelab.experiments.sensing.dial import DialSpec
+from gaugelab.experiments.sensing.zoo import ZooSpec
 
 
 @pytest.mark.parametrize(

@@ -88,7 +88,7 @@ def test_bad_values_name_the_option_the_value_and_what_is_allowed(tmp_path, args
 
 
 def test_help_states_the_defaults_it_applies():
-    from gaugelab.experiments._intrinsic_spec import QUICK, IntrinsicSpec
+    from gaugelab.experiments.intrinsic.spec import QUICK, IntrinsicSpec
 
     result = invoke("--help")
     text = " ".join(result.output.replace("│", " ").split())

@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gaugelab.cli.app import app
-from gaugelab.experiments.learn_forget import LearnForgetSpec
-from gaugelab.study.store import RunStore
+from gaugelab.experiments.learn_forget.run import LearnForgetSpec
+from gaugelab.study.store.db import RunStore
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -120,7 +120,7 @@ def test_a_checkpoint_past_the_steps_reads_in_the_commands_terms(tmp_path):
 
 def test_runs_list_names_a_cells_candidate_and_block():
     from gaugelab.cli.runs import trains
-    from gaugelab.experiments.learn_forget import plan, quick_spec
+    from gaugelab.experiments.learn_forget.run import plan, quick_spec
 
     cells = plan(quick_spec()).specs()
     assert [trains("learn-forget", c.spec_dict()) for c in cells] == [

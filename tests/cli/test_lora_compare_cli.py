@@ -13,7 +13,7 @@ from gaugelab.adapters import Adapter, AdapterModule
 from gaugelab.cli import lora, lora_compare
 from gaugelab.models import Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora
-from gaugelab.study.store import DEFAULT_STORE_PATH
+from gaugelab.study.store.db import DEFAULT_STORE_PATH
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -75,7 +75,7 @@ def test_bad_options_are_one_line_errors_naming_the_option(args, option, tmp_pat
 
 
 def test_the_help_lists_the_protocol_and_the_module_imports_no_torch():
-    from gaugelab.experiments.lora_twins import LORA_TWIN_OPTIMIZERS
+    from gaugelab.experiments.lora_twins.run import LORA_TWIN_OPTIMIZERS
 
     assert lora_twins.LORA_TWIN_OPTIMIZERS == LORA_TWIN_OPTIMIZERS
     result = invoke("--help")

@@ -21,7 +21,7 @@ from toy import ToySpec
 
 from gaugelab.cli.runs import register
 from gaugelab.study.spec import Manifest
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 
 STUDY = "[red]zoo[/red] <b>"  # rich markup and HTML: must be printed literally, escaped in HTML
 app = typer.Typer()
@@ -196,7 +196,8 @@ def test_an_ambiguous_prefix_lists_the_candidates(tmp_path):
 @pytest.fixture(scope="module")
 def experiments_store(tmp_path_factory):
     """A store holding (registered, not trained) runs of a zoo, a dial and a twin study."""
-    from gaugelab.experiments import dial, twins, zoo
+    from gaugelab.experiments.sensing import dial, zoo
+    from gaugelab.experiments.twins import run as twins
 
     path = tmp_path_factory.mktemp("experiments") / "store.sqlite"
     sweeps = [
@@ -262,7 +263,7 @@ def test_report_out_under_a_regular_file_is_one_line_naming_the_option(store_pat
 
 
 def test_report_counts_a_run_with_a_tampered_file_as_unverified_not_completed(tmp_path):
-    from gaugelab.experiments.zoo import LearningRateGrids, ZooSpec, run_zoo
+    from gaugelab.experiments.sensing.zoo import LearningRateGrids, ZooSpec, run_zoo
 
     spec = ZooSpec(n=6, rank=2, seeds=(42,), steps=200, check_every=100, rules=("gd", "adam"),
                    lr_grids=LearningRateGrids(gd=(2e-2,), adam=(1e-2,)), convex=False)  # fmt: skip
@@ -320,7 +321,7 @@ def test_ctrl_c_while_listing_prints_interrupted_and_exits_130(store_path, monke
 
 
 def test_show_lists_the_runs_files_and_whether_each_is_still_what_the_store_recorded(tmp_path):
-    from gaugelab.experiments.zoo import LearningRateGrids, ZooSpec, run_zoo
+    from gaugelab.experiments.sensing.zoo import LearningRateGrids, ZooSpec, run_zoo
 
     spec = ZooSpec(n=6, rank=2, seeds=(42,), steps=200, check_every=100, rules=("gd",),
                    lr_grids=LearningRateGrids(gd=(2e-2,)), convex=False)  # fmt: skip

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 
 GAUGELAB = "from gaugelab.cli import main; main()"  # the `gaugelab` command, this interpreter
 ENV = {**os.environ, "COLUMNS": "250", "OMP_NUM_THREADS": "1"}

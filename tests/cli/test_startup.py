@@ -50,10 +50,10 @@ def loaded(tmp_path: Path, *args: str) -> set[str]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     """A store holding one zoo and one dial run (registered, not trained)."""
-    from gaugelab.experiments.dial import DialSpec
-    from gaugelab.experiments.zoo import ZooSpec
+    from gaugelab.experiments.sensing.dial import DialSpec
+    from gaugelab.experiments.sensing.zoo import ZooSpec
     from gaugelab.study.spec import Manifest
-    from gaugelab.study.store import RunStore
+    from gaugelab.study.store.db import RunStore
 
     path = tmp_path_factory.mktemp("startup") / "store.sqlite"
     with RunStore(path) as db:
@@ -76,7 +76,7 @@ def test_browsing_the_store_imports_no_torch(tmp_path, store, args):
 
 
 def test_showing_a_zoo_run_imports_no_torch(tmp_path, store):
-    from gaugelab.study.store import RunStore
+    from gaugelab.study.store.db import RunStore
 
     with RunStore(store, create=False) as db:
         zoo = next(r.identity for r in db.runs() if r.kind == "zoo")
@@ -89,9 +89,10 @@ def test_report_help_imports_no_torch(tmp_path):
 
 def test_the_help_defaults_are_the_librarys():
     from gaugelab.equivariance.problems import PROBLEMS
-    from gaugelab.experiments import lora, twins
+    from gaugelab.experiments.lora import run as lora
+    from gaugelab.experiments.twins import run as twins
     from gaugelab.gauge import GROUPS
-    from gaugelab.study.store import DEFAULT_STORE_PATH
+    from gaugelab.study.store.db import DEFAULT_STORE_PATH
     from gaugelab.study.sweep import EXECUTORS
 
     assert _defaults.DEFAULT_STORE_PATH == DEFAULT_STORE_PATH
@@ -108,7 +109,7 @@ def test_the_help_defaults_are_the_librarys():
     [{}, {"rules": ("gd", "muon")}, {"convex": False}, {"rules": ("adam",), "convex": False}],
 )
 def test_runs_list_names_a_zoo_run_as_the_spec_does(fields):
-    from gaugelab.experiments.zoo import ZooSpec
+    from gaugelab.experiments.sensing.zoo import ZooSpec
 
     spec = ZooSpec(**fields)
     stored = json.loads(spec.model_dump_json())
@@ -119,7 +120,7 @@ def test_runs_list_names_a_zoo_run_as_the_spec_does(fields):
     "fields", [{}, {"ps": (1.0, 0.5, 0.0)}, {"gd_reference": False}, {"ps": (0.25,)}]
 )
 def test_runs_list_names_a_dial_run_as_the_spec_does(fields):
-    from gaugelab.experiments.dial import DialSpec
+    from gaugelab.experiments.sensing.dial import DialSpec
 
     spec = DialSpec(**fields)
     stored = json.loads(spec.model_dump_json())
@@ -129,7 +130,7 @@ def test_runs_list_names_a_dial_run_as_the_spec_does(fields):
 @pytest.mark.parametrize("fields", [{"ranks": (4,), "full": False}, {"ranks": (), "full": True},
                                     {"ranks": (1, 16)}])  # fmt: skip
 def test_runs_list_names_a_lora_finetune_run_as_the_spec_does(fields):
-    from gaugelab.experiments._lora_spec import FinetuneSpec
+    from gaugelab.experiments.lora.spec import FinetuneSpec
 
     spec = FinetuneSpec(**fields)
     stored = json.loads(spec.model_dump_json())
@@ -137,8 +138,8 @@ def test_runs_list_names_a_lora_finetune_run_as_the_spec_does(fields):
 
 
 def test_runs_list_names_lora_twin_and_kernel_runs_by_their_optimizers():
-    from gaugelab.experiments._kernel_spec import KernelSpec
-    from gaugelab.experiments._lora_twins_spec import LoraTwinSpec
+    from gaugelab.experiments.lora_kernel.spec import KernelSpec
+    from gaugelab.experiments.lora_twins.spec import LoraTwinSpec
 
     twin = json.loads(LoraTwinSpec(optimizer="scaled-gd").model_dump_json())
     assert trains("lora-twins", twin) == "scaled-gd"
@@ -147,7 +148,7 @@ def test_runs_list_names_lora_twin_and_kernel_runs_by_their_optimizers():
 
 
 def test_runs_list_names_an_intrinsic_run_as_its_training_and_report_do():
-    from gaugelab.experiments import intrinsic
+    from gaugelab.experiments.intrinsic import run as intrinsic
 
     runs = intrinsic.plan(intrinsic.quick_spec()).specs()
     assert runs, "the quick study plans runs"

@@ -91,7 +91,7 @@ def test_the_text_task_defaults_to_the_packaged_tiny_shakespeare(tmp_path):
     result = invoke("--task", "text", "--steps", "1", "--optimizers", "adam", "--store", store)
     assert result.exit_code == 0, result.output
     assert "adam" in result.output and "report:" in result.output
-    from gaugelab.study.store import RunStore
+    from gaugelab.study.store.db import RunStore
     from gaugelab.tasks import TINY_SHAKESPEARE_SHA256
 
     with RunStore(store, create=False) as db:
@@ -104,7 +104,7 @@ def test_gaugelab_report_writes_the_twin_studys_own_report(tmp_path):
     store = tmp_path / "s.sqlite"
     result = invoke("--steps", "1", "--optimizers", "adam", "--store", store)
     assert result.exit_code == 0, result.output
-    from gaugelab.study.store import RunStore
+    from gaugelab.study.store.db import RunStore
 
     with RunStore(store, create=False) as db:
         (study,) = [s.name for s in db.studies()]
@@ -136,7 +136,7 @@ def test_the_gauge_draw_is_part_of_the_run_identity(tmp_path):
     haar = invoke(*args, "--gauge-draw", "haar")
     assert haar.exit_code == 0, haar.output
     assert "reused" not in haar.output  # another draw, another run
-    from gaugelab.study.store import RunStore
+    from gaugelab.study.store.db import RunStore
 
     with RunStore(store, create=False) as db:
         draws = sorted(run.spec["twin"]["gauge_draw"] for run in db.runs())

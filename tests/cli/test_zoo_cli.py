@@ -124,7 +124,7 @@ def test_an_unknown_rule_in_a_list_is_named(tmp_path):
 
 
 def _values(store):
-    from gaugelab.study.store import RunStore
+    from gaugelab.study.store.db import RunStore
 
     with RunStore(store, create=False) as db:
         return {
@@ -242,17 +242,17 @@ def test_a_full_disk_while_writing_the_report_keeps_the_runs_and_says_how_to_rep
 ):
     import errno
 
-    import gaugelab.experiments.zoo
+    import gaugelab.experiments.sensing.zoo
 
     def full(result, folder):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "recovery.png"))
 
-    monkeypatch.setattr(gaugelab.experiments.zoo, "report", full)
+    monkeypatch.setattr(gaugelab.experiments.sensing.zoo, "report", full)
     store = tmp_path / "s.sqlite"
     result = invoke("zoo", *SMALL, "--rules", "gd", "--lr", "gd=2e-2", "--no-convex",
                     "--store", str(store))  # fmt: skip
     assert result.exit_code == 2, result.output
-    from gaugelab.study.store import RunStore
+    from gaugelab.study.store.db import RunStore
 
     with RunStore(store, create=False) as db:
         (study,) = [s.name for s in db.studies()]

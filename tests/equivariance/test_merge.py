@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from gaugelab.equivariance.merge import align_heads, average_models, merge_twin
-from gaugelab.experiments.twins import TwinSpec, build_members
+from gaugelab.experiments.twins.run import TwinSpec, build_members
 from gaugelab.models.symmetry import GaugeElements, apply_gauge, ov_gauge
 from gaugelab.tasks import ModularArithmetic
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gaugelab.experiments import _sensing_figures
+from gaugelab.experiments.sensing import figures as _sensing_figures
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from gaugelab.experiments._rule_results import BUDGET, DIVERGED, INTERPOLATED
-from gaugelab.experiments._sensing import SensingBatch
-from gaugelab.experiments._training import train_rule
-from gaugelab.experiments.zoo import ZooSpec
+from gaugelab.experiments.sensing.problem import SensingBatch
+from gaugelab.experiments.sensing.results import BUDGET, DIVERGED, INTERPOLATED
+from gaugelab.experiments.sensing.train import train_rule
+from gaugelab.experiments.sensing.zoo import ZooSpec
 from gaugelab.optim import OPTIMIZERS
 from gaugelab.study.checkpoint import load_checkpoint, save_checkpoint
 

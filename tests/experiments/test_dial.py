@@ -1,4 +1,4 @@
-"""gaugelab.experiments.dial: the Adam-p dial spec, both arms and a reduced dial end to end.
+"""gaugelab.experiments.sensing.dial: the Adam-p dial spec, both arms and a reduced dial end to end.
 
 The reduced dial (n = 10, r* = 2, 600 steps, seeds 42 and 123, float32, RMS mean) was measured
 first; mean recovery error at lr 1e-2 for p = 1, 0.75, 0.5, 0.25, 0: 0.134, 0.106, 0.066,
@@ -10,8 +10,8 @@ import pytest
 from matplotlib.colors import to_hex
 from pydantic import ValidationError
 
-from gaugelab.experiments import _sensing_figures
-from gaugelab.experiments.dial import (
+from gaugelab.experiments.sensing import figures as _sensing_figures
+from gaugelab.experiments.sensing.dial import (
     DIAL_LRS,
     DIAL_PS,
     DialSpec,

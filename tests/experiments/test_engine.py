@@ -1,4 +1,4 @@
-"""gaugelab.experiments._sensing, _training and _rates: batched members, stopping and
+"""gaugelab.experiments.sensing.problem, _training and _rates: batched members, stopping and
 divergence bookkeeping, the selection rule."""
 
 import math
@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from gaugelab.errors import NonFiniteError
-from gaugelab.experiments._rates import select_rate
-from gaugelab.experiments._rule_results import BUDGET, DIVERGED, INTERPOLATED, RuleResult
-from gaugelab.experiments._sensing import SensingBatch
-from gaugelab.experiments._training import train_rule
-from gaugelab.experiments.zoo import ZooSpec
+from gaugelab.experiments.sensing.problem import SensingBatch
+from gaugelab.experiments.sensing.rates import select_rate
+from gaugelab.experiments.sensing.results import BUDGET, DIVERGED, INTERPOLATED, RuleResult
+from gaugelab.experiments.sensing.train import train_rule
+from gaugelab.experiments.sensing.zoo import ZooSpec
 from gaugelab.tasks import MatrixSensing
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -1,10 +1,10 @@
-"""gaugelab.experiments.intrinsic: the d90 study on the harness — every trial a stored run, the
+"""gaugelab.experiments.intrinsic.run: the d90 study on the harness — every trial a stored run, the
 estimate with its envelope read back from the store, runs reused across threshold rules, SAID's
 d = m reported degenerate, the fine-tuning problem's head inside d, the report."""
 
 import pytest
 
-from gaugelab.experiments.intrinsic import (
+from gaugelab.experiments.intrinsic.run import (
     collect,
     estimate_intrinsic_dimension,
     plan,
@@ -13,7 +13,7 @@ from gaugelab.experiments.intrinsic import (
     tables,
 )
 from gaugelab.experiments.registry import report_study
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -102,7 +102,7 @@ def test_character_model_is_a_third_problem_scored_by_next_character_accuracy(tm
 
 def test_a_failed_trial_is_kept_in_the_records_and_never_selected(tmp_path, monkeypatch):
     from gaugelab.errors import NonFiniteError
-    from gaugelab.experiments import _intrinsic_train
+    from gaugelab.experiments.intrinsic import train as _intrinsic_train
 
     train = _intrinsic_train._train
 
@@ -124,9 +124,9 @@ def test_a_failed_trial_is_kept_in_the_records_and_never_selected(tmp_path, monk
 def test_problem_size_is_the_model_that_trains(tmp_path):
     import torch
 
-    from gaugelab.experiments._intrinsic_budget import problem_size
-    from gaugelab.experiments._intrinsic_train import build_problem, make_mlp
-    from gaugelab.lowrank.intrinsic import SAIDReparameterization, make_projection
+    from gaugelab.experiments.intrinsic.budget import problem_size
+    from gaugelab.experiments.intrinsic.train import build_problem, make_mlp
+    from gaugelab.lowrank.intrinsic.protocol import SAIDReparameterization, make_projection
 
     spec = quick_spec()
     model = build_problem(spec).model
@@ -176,8 +176,8 @@ def test_bad_grid_values_name_the_field_and_the_value():
 
 def test_a_d_with_no_surviving_seed_is_unmeasured_not_a_bracket_end(tmp_path, monkeypatch):
     from gaugelab.errors import NonFiniteError
-    from gaugelab.experiments import _intrinsic_train
-    from gaugelab.experiments.intrinsic import tables
+    from gaugelab.experiments.intrinsic import train as _intrinsic_train
+    from gaugelab.experiments.intrinsic.run import tables
 
     train = _intrinsic_train._train
 
@@ -202,7 +202,7 @@ def test_a_d_with_no_surviving_seed_is_unmeasured_not_a_bracket_end(tmp_path, mo
 
 
 def test_unmeasured_grid_points_never_witness_a_crossing_or_censoring():
-    from gaugelab.lowrank.intrinsic import classify_grid_crossing
+    from gaugelab.lowrank.intrinsic.protocol import classify_grid_crossing
 
     inside = classify_grid_crossing([(2, 0.5), (4, None), (8, 0.9)], target=0.8)
     assert (inside.state, inside.estimate, inside.bracket) == ("crossed", 8, (2, 8))
@@ -229,7 +229,7 @@ def test_unmeasured_grid_points_never_witness_a_crossing_or_censoring():
 _TRAIN_FRESH = """
 import json, sys
 import torch
-from gaugelab.experiments._intrinsic_train import _train
+from gaugelab.experiments.intrinsic.train import _train
 
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 3).double()

@@ -1,4 +1,4 @@
-"""gaugelab.experiments.learn_forget: the learning–forgetting rank study with a sealed test set
+"""gaugelab.experiments.learn_forget.run: the learning–forgetting rank study with a sealed test set
 (issue 18 §4; seed 003 §0x0BB–0x0BU, §0x0CE–0x0CL; biderman2024lora).
 
 The spec's defaults and fail-closed rules; the plan's run identities (a gate is a new study, not
@@ -16,12 +16,9 @@ import safetensors.torch
 import torch
 
 from gaugelab.determinism import deterministic
-from gaugelab.experiments._learn_forget_decide import sealed_store
-from gaugelab.experiments._learn_forget_measure import energy_ranks, evaluate, relative_tail
-from gaugelab.experiments._learn_forget_train import cell_ensemble, domain_batches
-from gaugelab.experiments._lora_data import base_model, load_corpus, pretrain_weights
-from gaugelab.experiments._lora_spec import ALL_TARGETS
-from gaugelab.experiments.learn_forget import (
+from gaugelab.experiments.learn_forget.decide import sealed_store
+from gaugelab.experiments.learn_forget.measure import energy_ranks, evaluate, relative_tail
+from gaugelab.experiments.learn_forget.run import (
     STRESS_FILES,
     LearnForgetSpec,
     collect,
@@ -33,9 +30,12 @@ from gaugelab.experiments.learn_forget import (
     release,
     run_learn_forget,
 )
-from gaugelab.experiments.lora import FinetuneSpec, PretrainSpec
-from gaugelab.study.sealed import SealedTestError
-from gaugelab.study.store import RunStore
+from gaugelab.experiments.learn_forget.train import cell_ensemble, domain_batches
+from gaugelab.experiments.lora.data import base_model, load_corpus, pretrain_weights
+from gaugelab.experiments.lora.run import FinetuneSpec, PretrainSpec
+from gaugelab.experiments.lora.spec import ALL_TARGETS
+from gaugelab.study.release.sealed import SealedTestError
+from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import run_sweep
 from gaugelab.tasks import two_domain_spec
 from gaugelab.tasks.sources import STDLIB_FILES, stdlib_source

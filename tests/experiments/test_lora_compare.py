@@ -1,4 +1,4 @@
-"""gaugelab.experiments.lora_compare on a quick stored study: comparisons match an independent
+"""gaugelab.experiments.lora_compare.run on a quick stored study: comparisons match an independent
 dense computation (scipy's principal angles), a full update gets its energy rank, the report is
 written once, and a composition of adapters trained on two disjoint target corpora is written
 in PEFT format whose losses match the composed adapter applied as LoRA layers; the
@@ -13,11 +13,11 @@ import scipy.linalg
 import torch
 
 from gaugelab.adapters import Adapter, AdapterModule
-from gaugelab.experiments._lora_data import base_model, eval_batches, load_corpus, pretrain_weights
-from gaugelab.experiments._lora_ladder import mean_loss
-from gaugelab.experiments._lora_sources import open_store
-from gaugelab.experiments.lora import FinetuneSpec, quick_spec, run_lora_finetune
-from gaugelab.experiments.lora_compare import compare_lora, compose_lora, run_lora_compare
+from gaugelab.experiments.lora.data import base_model, eval_batches, load_corpus, pretrain_weights
+from gaugelab.experiments.lora.ladder import mean_loss
+from gaugelab.experiments.lora.run import FinetuneSpec, quick_spec, run_lora_finetune
+from gaugelab.experiments.lora.sources import open_store
+from gaugelab.experiments.lora_compare.run import compare_lora, compose_lora, run_lora_compare
 from gaugelab.lowrank import energy_rank
 from gaugelab.tasks import two_domain_spec
 from gaugelab.tasks.sources import STDLIB_FILES, stdlib_source
@@ -41,7 +41,7 @@ def study(tmp_path_factory, one_thread):
 
 
 def _dense(store, label, seed, study="main"):
-    from gaugelab.experiments._lora_sources import find
+    from gaugelab.experiments.lora.sources import find
 
     with open_store(store) as db:
         return find(label, db, seed, study, "test")
@@ -196,7 +196,7 @@ def test_compose_checks_shapes_against_the_base_before_writing(study, tmp_path):
 
 
 def test_inspect_evaluates_a_run_on_the_target_corpus_it_was_fine_tuned_on(study):
-    from gaugelab.experiments.lora import inspect_lora
+    from gaugelab.experiments.lora.run import inspect_lora
 
     result = inspect_lora("lora r=2", store=study, study="half0")
     # the merged adapter on the run's own validation batches is its logged final loss

@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from gaugelab.adapters import Adapter
-from gaugelab.experiments._lora_data import (
+from gaugelab.experiments.lora.data import (
     BASE_PREFIX,
     base_model,
     eval_batches,
     load_corpus,
     pretrain_weights,
 )
-from gaugelab.experiments._lora_ladder import mean_loss
-from gaugelab.experiments.lora import (
+from gaugelab.experiments.lora.ladder import mean_loss
+from gaugelab.experiments.lora.run import (
     ALL_TARGETS,
     FinetuneSpec,
     inspect_lora,
@@ -29,7 +29,7 @@ from gaugelab.experiments.lora import (
     run_lora_finetune,
     run_lora_inspect,
 )
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import SweepInterrupted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -221,7 +221,7 @@ def test_output_weighted_truncation_never_loses_to_weight_svd_on_the_captured_in
 
 
 def test_the_ladder_table_shows_each_modules_input_support_of_d_in(inspected):
-    from gaugelab.experiments._lora_views import ladder_table
+    from gaugelab.experiments.lora.views import ladder_table
 
     result = inspected["lora r=2"]
     table = ladder_table(result)

@@ -11,9 +11,8 @@ import safetensors.torch
 import torch
 from matplotlib.figure import Figure
 
-from gaugelab.experiments._kernel_train import plain_attention
-from gaugelab.experiments._lora_data import base_model, load_corpus, pretrain_weights
-from gaugelab.experiments.lora_kernel import (
+from gaugelab.experiments.lora.data import base_model, load_corpus, pretrain_weights
+from gaugelab.experiments.lora_kernel.run import (
     KernelSpec,
     diagnostics_figure,
     notes,
@@ -22,10 +21,15 @@ from gaugelab.experiments.lora_kernel import (
     report,
     run_lora_kernel,
 )
-from gaugelab.lowrank.kernels import StackedOutputs, linearization_residual, linearized_outputs
+from gaugelab.experiments.lora_kernel.train import plain_attention
+from gaugelab.lowrank.kernels.explanation import (
+    StackedOutputs,
+    linearization_residual,
+    linearized_outputs,
+)
 from gaugelab.models.lora import inject_lora
-from gaugelab.study.figures import step_axis
-from gaugelab.study.store import RunStore
+from gaugelab.study.report.figures import step_axis
+from gaugelab.study.store.db import RunStore
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,11 +1,10 @@
-"""gaugelab.experiments.lora_twins: LoRA gauge twins on the character model (quick protocol)."""
+"""gaugelab.experiments.lora_twins.run: LoRA gauge twins on the character model (quick protocol)."""
 
 import pytest
 import torch
 
 from gaugelab.equivariance.verdicts import BASIS_SENSITIVE, EQUIVARIANT
-from gaugelab.experiments._lora_twins_train import CompensatedSGD, build_lora_twins
-from gaugelab.experiments.lora_twins import (
+from gaugelab.experiments.lora_twins.run import (
     LORA_TWIN_OPTIMIZERS,
     TWIN_NAMES,
     LoraTwinSpec,
@@ -18,10 +17,11 @@ from gaugelab.experiments.lora_twins import (
     run_lora_twins,
     tables,
 )
+from gaugelab.experiments.lora_twins.train import CompensatedSGD, build_lora_twins
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import make_optimizer
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 
 F64 = torch.float64
 
@@ -181,10 +181,10 @@ class _Run:
 
 @pytest.mark.parametrize("diagnostics", [False, True])
 def test_the_finetune_loop_logs_factor_diagnostics_only_when_given_a_factor_log(diagnostics):
-    from gaugelab.experiments._lora_data import eval_batches, load_corpus
-    from gaugelab.experiments._lora_diagnostics import FactorLog
-    from gaugelab.experiments._lora_train import Loop, lr_factor, train_members
-    from gaugelab.experiments.lora import quick_spec
+    from gaugelab.experiments.lora.data import eval_batches, load_corpus
+    from gaugelab.experiments.lora.diagnostics import FactorLog
+    from gaugelab.experiments.lora.run import quick_spec
+    from gaugelab.experiments.lora.train import Loop, lr_factor, train_members
 
     spec = quick_spec()
     corpus = load_corpus(spec.pretrain.corpus)

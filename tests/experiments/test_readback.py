@@ -8,15 +8,17 @@ import sys
 
 import pytest
 
-from gaugelab.experiments import registry, twins, zoo
-from gaugelab.experiments._sensing import SensingBatch
-from gaugelab.experiments._study import UNVERIFIED
-from gaugelab.experiments._training import train_rule
-from gaugelab.experiments.dial import DialSpec, run_dial
-from gaugelab.experiments.zoo import CONVEX, LearningRateGrids, ZooSpec, run_zoo
+from gaugelab.experiments import registry
+from gaugelab.experiments.sensing import zoo
+from gaugelab.experiments.sensing.dial import DialSpec, run_dial
+from gaugelab.experiments.sensing.problem import SensingBatch
+from gaugelab.experiments.sensing.train import train_rule
+from gaugelab.experiments.sensing.zoo import CONVEX, LearningRateGrids, ZooSpec, run_zoo
+from gaugelab.experiments.twins import run as twins
 from gaugelab.study import RunStore, StoreError
 from gaugelab.study.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gaugelab.study.report import new_report_dir
+from gaugelab.study.experiment import UNVERIFIED
+from gaugelab.study.report.builder import new_report_dir
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -274,7 +276,7 @@ def test_resuming_from_a_corrupt_checkpoint_names_the_file_and_the_run(tmp_path,
 
 
 def test_a_rejected_checkpoint_is_one_line_naming_the_run_and_why():
-    from gaugelab.experiments._study import StudyOutcome
+    from gaugelab.study.experiment import StudyOutcome
     from gaugelab.study.runner import Outcome
     from gaugelab.study.sweep import SweepResult
 

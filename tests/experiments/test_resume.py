@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 
 TWINS = """
-from gaugelab.experiments.twins import TwinSpec, run_twins_study
+from gaugelab.experiments.twins.run import TwinSpec, run_twins_study
 base = TwinSpec(steps=60, checkpoints=tuple(range(0, 61, 5)))
 out = run_twins_study(["adam"], base=base, store={store!r}, write_report=False)
 print("RESUMED", *out.sweep.resumed.values())
@@ -23,7 +23,7 @@ print("FAILED", len(out.result.failures))
 """
 
 ZOO = """
-from gaugelab.experiments.zoo import ZooSpec, run_zoo
+from gaugelab.experiments.sensing.zoo import ZooSpec, run_zoo
 spec = ZooSpec(rules=("adam",), seeds=(42,), steps=16000, check_every=100, convex=False,
                interpolation_loss=1e-30)
 out = run_zoo(spec, store={store!r}, write_report=False)

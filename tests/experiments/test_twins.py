@@ -1,4 +1,4 @@
-"""Tests for gaugelab.experiments.twins: the reduced twin protocol (a few steps of
+"""Tests for gaugelab.experiments.twins.run: the reduced twin protocol (a few steps of
 docs/protocols.md §5).
 
 Measured here (float32, 3 steps, the default reference draw): adam's gauge twin 3.62e-3 at
@@ -12,7 +12,7 @@ import torch
 
 from gaugelab.equivariance.distance import relative_distance
 from gaugelab.equivariance.verdicts import BASIS_SENSITIVE, EQUIVARIANT
-from gaugelab.experiments.twins import TwinSpec, TwinStudy, build_members, run_twins
+from gaugelab.experiments.twins.run import TwinSpec, TwinStudy, build_members, run_twins
 from gaugelab.models.symmetry import head_gauge
 from gaugelab.tasks import TINY_SHAKESPEARE_SHA256
 
@@ -142,7 +142,7 @@ def test_default_hyperparameters_follow_the_protocol_and_the_task(tmp_path):
 def test_paired_log_ratio_of_gauge_to_noise_twin_per_optimizer():
     import math
 
-    from gaugelab.experiments._twins_results import TwinRow, TwinsResult, _paired, paired_table
+    from gaugelab.experiments.twins.results import TwinRow, TwinsResult, _paired, paired_table
 
     def row(optimizer, pair, gauge, noise):
         out = TwinRow(optimizer, pair, f"id{pair}", "completed", "", "")
@@ -170,7 +170,7 @@ def test_paired_log_ratio_of_gauge_to_noise_twin_per_optimizer():
 
 
 def synthetic_result(optimizers=("adam", "heavy-ball", "scalar-adam", "muon-hybrid")):
-    from gaugelab.experiments._twins_results import TwinRow, TwinsResult
+    from gaugelab.experiments.twins.results import TwinRow, TwinsResult
 
     rows = []
     for i, optimizer in enumerate(optimizers):
@@ -188,7 +188,7 @@ def synthetic_result(optimizers=("adam", "heavy-ball", "scalar-adam", "muon-hybr
 
 
 def test_the_twin_figure_has_a_panel_per_optimizer_in_one_colour_each():
-    from gaugelab.experiments._twins_figures import optimizer_colors, twin_panels
+    from gaugelab.experiments.twins.figures import optimizer_colors, twin_panels
 
     result = synthetic_result()
     colors = optimizer_colors(result.rows)
@@ -210,7 +210,7 @@ def test_the_twin_figure_has_a_panel_per_optimizer_in_one_colour_each():
 
 
 def test_the_twins_report_lists_every_optimizer_of_the_study_in_its_spec(tmp_path):
-    from gaugelab.experiments._twins_results import report
+    from gaugelab.experiments.twins.results import report
 
     result = synthetic_result()
     spec = result.study_spec()

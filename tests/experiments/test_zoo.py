@@ -1,4 +1,4 @@
-"""gaugelab.experiments.zoo: the spec, the split verdict and a reduced zoo end to end.
+"""gaugelab.experiments.sensing.zoo: the spec, the split verdict and a reduced zoo end to end.
 
 The reduced zoo (n = 10, r* = 2, m = 72, 600 steps, seeds 42 and 123, one rate per rule,
 float32) was measured before the orderings below were written; its mean recovery errors:
@@ -11,8 +11,8 @@ import pytest
 from matplotlib.colors import to_hex
 from pydantic import ValidationError
 
-from gaugelab.experiments import _sensing_figures
-from gaugelab.experiments.zoo import (
+from gaugelab.experiments.sensing import figures as _sensing_figures
+from gaugelab.experiments.sensing.zoo import (
     CONVEX,
     LearningRateGrids,
     ZooSpec,

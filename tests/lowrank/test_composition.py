@@ -1,4 +1,5 @@
-"""Tests for gaugelab.lowrank.composition (seed 003 §0x05): the concatenated factorization, the
+"""Tests for gaugelab.lowrank.composition.ledger (seed 003 §0x05): the concatenated factorization,
+the
 rank ledger, compression, interference, the gated counterexample, staged expansion, and
 composed adapters in PEFT format (read back by PEFT itself)."""
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 from gaugelab.adapters import Adapter, AdapterModule
-from gaugelab.lowrank.composition import (
+from gaugelab.lowrank.composition.ledger import (
     compose_adapters,
     compose_static,
     compress,

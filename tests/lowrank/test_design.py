@@ -1,4 +1,4 @@
-"""Tests for gaugelab.lowrank.design: the §0x0CK teaching design (40 units, 120 validation
+"""Tests for gaugelab.study.release.design: the §0x0CK teaching design (40 units, 120 validation
 records, two baselines), the content-hashed manifest, paired contrasts and attempt lineage
 (seed 003 §0x0CE–0x0CL)."""
 
@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from gaugelab import errors
-from gaugelab.lowrank import _design_attempts, design
-from gaugelab.lowrank.design import (
+from gaugelab.study.release import attempts as _design_attempts
+from gaugelab.study.release import design
+from gaugelab.study.release.design import (
     COMPLETE_TERMINATIONS,
     RETRYABLE_TERMINATIONS,
     Attempt,

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from gaugelab.equivariance.defects import adam_direction
-from gaugelab.lowrank import dynamics as dyn
-from gaugelab.lowrank._rational import Matrix as M
+from gaugelab.linalg.rational import Matrix as M
+from gaugelab.lowrank.dynamics import motion as dyn
 
 # The Loop 7 fixture (seed 003 §0x07C): d_in = d_out = r = 2, s = 1.
 G = M([[1, 1], [0, 1]])

@@ -8,8 +8,8 @@ from fractions import Fraction as F
 import pytest
 import torch
 
-from gaugelab.lowrank import expressivity as ex
-from gaugelab.lowrank._rational import Matrix as M
+from gaugelab.linalg.rational import Matrix as M
+from gaugelab.lowrank.expressivity import ledgers as ex
 
 E3 = M.diag([5, 3, 1]) - M.identity(3)  # W* − W0 = diag(4, 2, 0)
 

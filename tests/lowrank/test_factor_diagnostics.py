@@ -1,4 +1,5 @@
-"""gaugelab.lowrank.factor_diagnostics: the §0x08L record and rebalancing with its state policy."""
+"""gaugelab.lowrank.dynamics.diagnostics: the §0x08L record and rebalancing with its state
+policy."""
 
 import math
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 
 from gaugelab.gauge import GeneralLinear, Orthogonal, SignedPermutation
-from gaugelab.lowrank.factor_diagnostics import (
+from gaugelab.lowrank.dynamics.diagnostics import (
     FactorDiagnostics,
     factor_diagnostics,
     rebalance_factors,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.support import geometry_oracle as oracle
 
-from gaugelab.lowrank import _geometry_oracle as oracle
-from gaugelab.lowrank import geometry as geo
-from gaugelab.lowrank._rational import Matrix as M
+from gaugelab.linalg.rational import Matrix as M
+from gaugelab.lowrank.geometry import factor_map as geo
 
 B, A, PROBE = oracle.fixture()
 

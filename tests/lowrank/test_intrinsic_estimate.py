@@ -1,4 +1,5 @@
-"""Tests for the d90 rule of gaugelab.lowrank.intrinsic (seed 003 §0x02F–K): thresholds, the
+"""Tests for the d90 rule of gaugelab.lowrank.intrinsic.protocol (seed 003 §0x02F–K): thresholds,
+the
 quality transform, crossing, bracket and censoring, no cumulative maximum, failed seeds kept, and
 the synthetic DID/SAID score table (fixture 2.4 of the seed map)."""
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-from gaugelab.lowrank.intrinsic import (
+from gaugelab.lowrank.intrinsic.protocol import (
     GridCrossing,
     QualityTransform,
     ThresholdRule,

@@ -11,7 +11,7 @@ import scipy.linalg
 import torch
 from torch import nn
 
-from gaugelab.lowrank.intrinsic import (
+from gaugelab.lowrank.intrinsic.protocol import (
     DegenerateBudget,
     DIDReparameterization,
     FastfoodProjection,

@@ -1,4 +1,4 @@
-"""Tests for the projections of gaugelab.lowrank.intrinsic (seed 003 §0x02A–D): the fast
+"""Tests for the projections of gaugelab.lowrank.intrinsic.protocol (seed 003 §0x02A–D): the fast
 Walsh–Hadamard transform, adjoint parity of every family, the mutations parity must catch,
 the orthonormal projector checks, and M against M R."""
 
@@ -8,7 +8,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from gaugelab.lowrank.intrinsic import (
+from gaugelab.lowrank.intrinsic.protocol import (
     FAMILIES,
     DIDReparameterization,
     FastfoodProjection,

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from gaugelab.lowrank.intrinsic import (
+from gaugelab.lowrank.intrinsic.protocol import (
     DIDReparameterization,
     SAIDReparameterization,
     make_projection,

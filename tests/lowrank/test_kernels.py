@@ -1,4 +1,5 @@
-"""Tests of gaugelab.lowrank.kernels: the seed's exact fixtures (§0x09E–H), the closed-form
+"""Tests of gaugelab.lowrank.kernels.explanation: the seed's exact fixtures (§0x09E–H), the
+closed-form
 LoRA Jacobians against autograd, and the probe estimators against the dense objects."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from gaugelab.lowrank.kernels import (
+from gaugelab.lowrank.kernels.explanation import (
     KernelProbes,
     Metric,
     StackedOutputs,

@@ -1,4 +1,5 @@
-"""Tests for gaugelab.lowrank.ranks: the rank-policy family (seed 003 §0x00I, §0x04I, §0x04J)."""
+"""Tests for gaugelab.lowrank.spectra.ranks: the rank-policy family (seed 003 §0x00I, §0x04I,
+§0x04J)."""
 
 import math
 

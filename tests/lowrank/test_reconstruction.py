@@ -1,4 +1,4 @@
-"""Tests for gaugelab.lowrank.reconstruction and the factor-space SVD (seed 003 §0x04)."""
+"""Tests for gaugelab.lowrank.spectra.reconstruction and the factor-space SVD (seed 003 §0x04)."""
 
 from fractions import Fraction as Fr
 

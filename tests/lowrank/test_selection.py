@@ -1,6 +1,6 @@
-"""Tests for gaugelab.lowrank.selection: the typed records, orientation, gates, checkpoint
+"""Tests for gaugelab.study.release.selection: the typed records, orientation, gates, checkpoint
 selection, fail-closed validation, and the seed's exact validation oracle (seed 003 §0x0BR–BT)
-run through gaugelab.study.compare."""
+run through gaugelab.study.stats.compare."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gaugelab.lowrank import selection as sel
-from gaugelab.lowrank.selection import (
+from gaugelab.study.release import selection as sel
+from gaugelab.study.release.selection import (
     CandidateManifest,
     CandidateRecord,
     CheckpointScores,
@@ -37,7 +37,7 @@ from gaugelab.lowrank.selection import (
     target_gain,
     validate_records,
 )
-from gaugelab.study.compare import feasible_selection, pareto_front, select_then_report
+from gaugelab.study.stats.compare import feasible_selection, pareto_front, select_then_report
 
 DIGEST = "a" * 64
 DECLARATIONS = tuple(
@@ -482,7 +482,7 @@ def test_lowrank_selection_does_not_import_the_harness():
 
 
 def test_the_selection_trace_freezes_lora_r2_then_opens_the_sealed_test_once(tmp_path):
-    from gaugelab.study.sealed import SealedTestError, SealedTestStore
+    from gaugelab.study.release.sealed import SealedTestError, SealedTestStore
 
     def run_trace(policy: GatePolicy, study: str):
         seal = SealedTestStore(

@@ -1,4 +1,5 @@
-"""Tests for gaugelab.lowrank.subspaces (seed 003 §0x06): principal angles, overlaps, coverages,
+"""Tests for gaugelab.lowrank.subspaces.compare (seed 003 §0x06): principal angles, overlaps,
+coverages,
 distances, baselines, Procrustes, φ, and the gauge invariance of every comparison."""
 
 import math
@@ -9,7 +10,7 @@ import pytest
 import scipy.linalg
 import torch
 
-from gaugelab.lowrank.subspaces import (
+from gaugelab.lowrank.subspaces.compare import (
     compare_updates,
     haar_baseline,
     haar_null,

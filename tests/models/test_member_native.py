@@ -174,7 +174,7 @@ def test_asking_for_the_native_path_where_it_cannot_run_raises():
 
 
 def test_the_twin_protocol_ensemble_is_native():
-    from gaugelab.experiments.twins import TwinSpec, build_members
+    from gaugelab.experiments.twins.run import TwinSpec, build_members
 
     twins, names = build_members(TwinSpec())
     ensemble = Ensemble(twins)

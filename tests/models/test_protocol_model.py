@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gaugelab.experiments.twins import twin_model_config
+from gaugelab.experiments.twins.run import twin_model_config
 from gaugelab.models import Transformer
 from gaugelab.tasks import ModularArithmetic
 

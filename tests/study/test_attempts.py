@@ -1,4 +1,5 @@
-"""Tests of gaugelab.study._attempts and _owner: claims, owners, heartbeats, abandoned attempts,
+"""Tests of gaugelab.study.store.attempts and _owner: claims, owners, heartbeats, abandoned
+attempts,
 and the schema-1 migration."""
 
 import contextlib
@@ -11,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import Field
 
-from gaugelab.study._owner import STALE_SECONDS, Heartbeat, Owner, gone, this_process
 from gaugelab.study.spec import ExperimentSpec, Manifest
-from gaugelab.study.store import SCHEMA_VERSION, RunStore, StoreError
+from gaugelab.study.store.db import SCHEMA_VERSION, RunStore, StoreError
+from gaugelab.study.store.owner import STALE_SECONDS, Heartbeat, Owner, gone, this_process
 
 ENV = "e" * 64  # a fixed environment digest: keeps torch out of the writer processes
 
@@ -231,7 +232,7 @@ def test_a_schema_1_store_is_migrated_with_its_rows_and_its_open_attempts_judged
 
 
 def test_a_read_only_old_store_is_refused_saying_it_needs_a_migration(tmp_path, monkeypatch):
-    from gaugelab.study import _storefile
+    from gaugelab.study.store import storefile as _storefile
 
     path = tmp_path / "store.sqlite"
     _schema_1(path)

@@ -9,7 +9,7 @@ from torch import nn
 
 from gaugelab.optim import make_optimizer
 from gaugelab.study.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gaugelab.study.store import StoreError
+from gaugelab.study.store.db import StoreError
 
 DTYPE = torch.float64
 

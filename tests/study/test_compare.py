@@ -1,6 +1,8 @@
-"""Tests for gaugelab.study.compare: it re-exports the paired, envelope and selection results."""
+"""Tests for gaugelab.study.stats.compare: it re-exports the paired, envelope and selection
+results."""
 
-from gaugelab.study import compare, envelope, paired, selection
+from gaugelab.study.stats import compare, envelope, paired
+from gaugelab.study.stats import pareto as selection
 
 
 def test_compare_re_exports_each_result_from_its_own_module():

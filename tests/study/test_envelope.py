@@ -1,4 +1,5 @@
-"""Tests for gaugelab.study.envelope: the observed upper envelope and the iso-quality ratio."""
+"""Tests for gaugelab.study.stats.envelope: the observed upper envelope and the iso-quality
+ratio."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from gaugelab.study.envelope import Envelope, iso_quality_cost_ratio, upper_envelope
+from gaugelab.study.stats.envelope import Envelope, iso_quality_cost_ratio, upper_envelope
 
 # --------------------------------------------------------------------------------------------
 # upper_envelope

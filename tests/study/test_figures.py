@@ -1,4 +1,4 @@
-"""Tests for gaugelab.study.figures: curves and scatter plots, the palette, PNG + SVG on disk
+"""Tests for gaugelab.study.report.figures: curves and scatter plots, the palette, PNG + SVG on disk
 (byte-reproducible, never overwritten), and no pyplot."""
 
 import hashlib
@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from gaugelab.study.figures import (
+from gaugelab.study.report.figures import (
     PNG_SIGNATURE,
     palette,
     plot_curves,
@@ -100,7 +100,7 @@ def test_plot_scatter_groups_by_color(tmp_path):
 def test_plotting_needs_no_pyplot_and_no_display(tmp_path):
     code = (
         "import sys, numpy as np\n"
-        "from gaugelab.study.figures import plot_curves, save_figure\n"
+        "from gaugelab.study.report.figures import plot_curves, save_figure\n"
         "fig = plot_curves({'a': (np.arange(3), np.ones(3))}, title='t', xlabel='x', ylabel='y')\n"
         f"save_figure(fig, {str(tmp_path)!r}, 'f')\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"

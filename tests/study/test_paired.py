@@ -1,4 +1,4 @@
-"""Tests for gaugelab.study.paired: paired differences over shared seeds."""
+"""Tests for gaugelab.study.stats.paired: paired differences over shared seeds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from gaugelab.study.paired import paired_differences
+from gaugelab.study.stats.paired import paired_differences
 
 
 def test_pairing_uses_shared_seeds_only_and_reports_unpaired():

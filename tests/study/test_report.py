@@ -1,4 +1,5 @@
-"""Tests for gaugelab.study.report: escaping, embedding, the page's order, refusal to overwrite
+"""Tests for gaugelab.study.report.builder: escaping, embedding, the page's order, refusal to
+overwrite
 (the figures themselves: test_figures.py)."""
 
 import base64
@@ -11,7 +12,7 @@ from importlib import resources
 import numpy as np
 import pytest
 
-from gaugelab.study.report import (
+from gaugelab.study.report.builder import (
     PNG_SIGNATURE,
     Failure,
     RunSummary,
@@ -236,7 +237,8 @@ def test_the_page_opens_with_the_results_and_ends_with_the_spec_collapsed(twins_
 
 
 def test_the_figure_functions_stay_importable_from_report():
-    from gaugelab.study import figures, report
+    from gaugelab.study.report import builder as report
+    from gaugelab.study.report import figures
 
     for name in figures.__all__:
         assert getattr(report, name) is getattr(figures, name), name
@@ -245,6 +247,6 @@ def test_the_figure_functions_stay_importable_from_report():
 
 @pytest.mark.parametrize(("seeds", "text"), [((0,), "seed 0"), ([0, 1, 2], "seeds 0, 1, 2")])
 def test_seeds_phrase_takes_the_number_of_its_seeds(seeds, text):
-    from gaugelab.study.report import seeds_phrase
+    from gaugelab.study.report.builder import seeds_phrase
 
     assert seeds_phrase(seeds) == text

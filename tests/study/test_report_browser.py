@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gaugelab.study.report import (
+from gaugelab.study.report.builder import (
     PNG_SIGNATURE,
     Failure,
     RunSummary,

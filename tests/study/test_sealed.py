@@ -1,4 +1,4 @@
-"""Tests for gaugelab.study.sealed: the held-out test opens once, after a freeze, and every
+"""Tests for gaugelab.study.release.sealed: the held-out test opens once, after a freeze, and every
 access — refused ones included — is logged in the run store (seed 003 §0x0BT–0x0BU)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import sys
 
 import pytest
 
-from gaugelab.study.sealed import (
+from gaugelab.study.release.sealed import (
     ACCESS_KIND,
     FrozenRelease,
     SealedTestError,
     SealedTestSpec,
     SealedTestStore,
 )
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 
 DESIGN = "d" * 64
 MANIFEST = "a" * 64
@@ -98,7 +98,7 @@ def test_the_seal_persists_for_a_new_object_and_a_new_process(store_path):
             again.open_once()
         assert loader.calls == 0
     script = (
-        "import sys; from gaugelab.study.sealed import SealedTestStore as S\n"
+        "import sys; from gaugelab.study.release.sealed import SealedTestStore as S\n"
         f"s = S(sys.argv[1], study='learn-forget', design_digest={DESIGN!r}, "
         "test_splits=('retention-test@v1', 'target-test@v1'), loader=lambda: 1/0)\n"
         "print(s.was_opened())\n"
@@ -240,7 +240,7 @@ def test_freeze_refuses_a_malformed_manifest_digest(store_path):
 def test_a_process_dying_mid_opening_still_counts_as_the_opening(store_path):
     # The child records its opening, then dies before ending the attempt (and before loading).
     script = (
-        "import os, sys; from gaugelab.study.sealed import SealedTestStore as S\n"
+        "import os, sys; from gaugelab.study.release.sealed import SealedTestStore as S\n"
         f"s = S(sys.argv[1], study='learn-forget', design_digest={DESIGN!r}, "
         "test_splits=('retention-test@v1', 'target-test@v1'), loader=lambda: 1/0)\n"
         f"s.freeze('lora_r2', 'ck', {MANIFEST!r})\n"

@@ -1,4 +1,4 @@
-"""Tests for gaugelab.study.selection: exact small cases and the Low-Rank Theory oracles."""
+"""Tests for gaugelab.study.stats.pareto: exact small cases and the Low-Rank Theory oracles."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from gaugelab.study import selection
-from gaugelab.study.selection import feasible_selection, pareto_front, select_then_report
+from gaugelab.study.stats import pareto as selection
+from gaugelab.study.stats.pareto import feasible_selection, pareto_front, select_then_report
 
 # --------------------------------------------------------------------------------------------
 # pareto_front and feasible_selection

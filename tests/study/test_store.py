@@ -1,4 +1,4 @@
-"""Tests of gaugelab.study.store: the append-only SQLite run store."""
+"""Tests of gaugelab.study.store.db: the append-only SQLite run store."""
 
 import hashlib
 import json
@@ -13,15 +13,15 @@ import pytest
 from pydantic import Field
 
 from gaugelab import NonFiniteError
-from gaugelab.study._storefile import refused
 from gaugelab.study.spec import ExperimentSpec, Manifest
-from gaugelab.study.store import (
+from gaugelab.study.store.db import (
     APPLICATION_ID,
     SCHEMA_VERSION,
     TERMINATION_CLASSES,
     RunStore,
     StoreError,
 )
+from gaugelab.study.store.storefile import refused
 
 ENV = "e" * 64  # a fixed environment digest: keeps torch out of the writer processes
 
@@ -393,7 +393,7 @@ def test_a_second_connection_in_one_process_never_reads_the_file_outside_sqlite(
     # closing any descriptor of the file would drop SQLite's POSIX locks of this process (and
     # let another process delete the WAL under the open connection): the raw header is read
     # only by a process's first connection
-    from gaugelab.study import _storefile
+    from gaugelab.study.store import storefile as _storefile
 
     def raw_read(path):
         raise AssertionError(f"raw read of {path} while a connection is open")

@@ -1,4 +1,5 @@
-"""Tests for gaugelab.study.summary: the generic study report read back from the run store."""
+"""Tests for gaugelab.study.report.summary: the generic study report read back from the run
+store."""
 
 import html
 import sys
@@ -10,10 +11,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from toy import ToySpec
 
-from gaugelab.study.report import render_report
+from gaugelab.study.report.builder import render_report
+from gaugelab.study.report.summary import metric_family, path_slug, study_report, write_study_report
 from gaugelab.study.spec import Manifest
-from gaugelab.study.store import RunStore
-from gaugelab.study.summary import metric_family, path_slug, study_report, write_study_report
+from gaugelab.study.store.db import RunStore
 
 STUDY_XSS = "<script>alert(1)</script>"
 
@@ -141,7 +142,7 @@ def test_unknown_study_lists_the_known_ones(store, tmp_path):
 
 
 def test_experiments_can_add_their_own_sections(store, tmp_path):
-    from gaugelab.study.report import Table
+    from gaugelab.study.report.builder import Table
 
     db, _ = store
     extra = Table("Verdicts", ["twin", "verdict"], [["gauge", "breaks"]])

@@ -16,7 +16,7 @@ from toy import ToySpec
 from toy_checkpoint import CheckpointToySpec
 
 from gaugelab.study.spec import Manifest
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import Sweep, SweepInterrupted, run_sweep
 
 

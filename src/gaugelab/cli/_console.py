@@ -29,10 +29,10 @@ from rich.text import Text
 
 from gaugelab.cli._errors import RESUME, check_location, environment_message, fail, interrupted
 from gaugelab.errors import NonFiniteError
-from gaugelab.study.report import Table, format_number
+from gaugelab.study.report.builder import Table, format_number
 
 if TYPE_CHECKING:
-    from gaugelab.experiments._study import StudyOutcome
+    from gaugelab.study.experiment import StudyOutcome
 
 PROGRESS_INTERVAL = 5.0
 """Seconds between two progress lines when stdout is not a terminal."""
@@ -194,7 +194,7 @@ def _with_phase(runs: str, phase: str | None) -> str:
 
 
 class RunBars:
-    """Progress callbacks for :func:`gaugelab.experiments._study.run_experiment`: ``runs``
+    """Progress callbacks for :func:`gaugelab.study.experiment.run_experiment`: ``runs``
     (a study's runs), ``steps`` (the steps of the runs executing) and ``phase`` (what happens
     after the runs), as rich bars."""
 
@@ -361,7 +361,7 @@ def run_with_bars(
     read-only folder), which for a full disk says that the runs are kept and how to write the
     report of ``study_name`` later; Ctrl-C prints how many runs completed and exits 130.
     """
-    from gaugelab.study.store import RunStore, StoreError  # the store, only when a study runs
+    from gaugelab.study.store.db import RunStore, StoreError  # the store, only when a study runs
 
     store = options.get("store")
     paths = {"--out": options.get("report_dir"), "--store": store}

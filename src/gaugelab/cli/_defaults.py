@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 DEFAULT_STORE_PATH = Path("gaugelab-runs") / "store.sqlite"
-""":data:`gaugelab.study.store.DEFAULT_STORE_PATH`."""
+""":data:`gaugelab.study.store.db.DEFAULT_STORE_PATH`."""
 EXECUTORS = ("local", "ray")
 """:data:`gaugelab.study.sweep.EXECUTORS`."""
 GROUP_NAMES = (
@@ -23,10 +23,10 @@ GROUP_NAMES = (
 PROBLEM_NAMES = ("sensing", "quadratic", "attention")
 """:data:`gaugelab.equivariance.problems.PROBLEMS`."""
 TWIN_OPTIMIZERS = ("adam", "heavy-ball", "scalar-adam", "muon-hybrid")
-""":data:`gaugelab.experiments.twins.DEFAULT_OPTIMIZERS`."""
+""":data:`gaugelab.experiments.twins.run.DEFAULT_OPTIMIZERS`."""
 TWIN_QUICK_STEPS = 100
-""":data:`gaugelab.experiments.twins.QUICK_STEPS`."""
+""":data:`gaugelab.experiments.twins.run.QUICK_STEPS`."""
 LORA_LR = 5e-3
-""":data:`gaugelab.experiments.lora.LORA_LR`."""
+""":data:`gaugelab.experiments.lora.run.LORA_LR`."""
 FULL_LR = 1e-3
-""":data:`gaugelab.experiments.lora.FULL_LR`."""
+""":data:`gaugelab.experiments.lora.run.FULL_LR`."""

@@ -83,13 +83,14 @@ def _intrinsic_label(spec: dict[str, Any]) -> str | None:
 
 
 ZOO_CONVEX_LABEL = "nuclear-norm"
-""":data:`gaugelab.experiments._convex.CONVEX`: the label of the zoo's convex row."""
+""":data:`gaugelab.experiments.sensing.convex.CONVEX`: the label of the zoo's convex row."""
 DIAL_GD_LABEL = "gd"
-""":data:`gaugelab.experiments.dial.GD_LABEL`: the label of the dial's gd reference."""
+""":data:`gaugelab.experiments.sensing.dial.GD_LABEL`: the label of the dial's gd reference."""
 
 
 def dial_label(p: float) -> str:
-    """:func:`gaugelab.experiments.dial.dial_label`: the label of one p, e.g. ``adam-p@0.5``."""
+    """:func:`gaugelab.experiments.sensing.dial.dial_label`: the label of one p, e.g.
+    ``adam-p@0.5``."""
     return f"adam-p@{p:g}"
 
 

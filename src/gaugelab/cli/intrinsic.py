@@ -1,7 +1,7 @@
 """`gaugelab intrinsic-dim`: the d90 intrinsic-dimension protocol.
 
-Parses its options into an :class:`~gaugelab.experiments.intrinsic.IntrinsicSpec`, makes one
-library call (:func:`gaugelab.experiments.intrinsic.run_intrinsic_dim`) and renders what it
+Parses its options into an :class:`~gaugelab.experiments.intrinsic.run.IntrinsicSpec`, makes one
+library call (:func:`gaugelab.experiments.intrinsic.run.run_intrinsic_dim`) and renders what it
 returns. Heavy imports (torch, the experiments) happen inside the command function, so that
 ``gaugelab --help`` stays fast.
 """
@@ -139,7 +139,7 @@ def intrinsic_dim(
 
     from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
     from gaugelab.cli._errors import fail
-    from gaugelab.experiments.intrinsic import (
+    from gaugelab.experiments.intrinsic.run import (
         PROBLEM_LABELS,
         IntrinsicSpec,
         plan,

@@ -1,7 +1,8 @@
 """`gaugelab learn-forget`: the learning–forgetting rank study with a sealed test set.
 
-Parses its options into a :class:`~gaugelab.experiments.learn_forget.LearnForgetSpec`, makes one
-library call (:func:`gaugelab.experiments.learn_forget.run_learn_forget`: the pretrain run, every
+Parses its options into a :class:`~gaugelab.experiments.learn_forget.run.LearnForgetSpec`, makes one
+library call (:func:`gaugelab.experiments.learn_forget.run.run_learn_forget`: the pretrain run,
+every
 cell, the decision, the one test opening, collect, report) and renders what it returns. Heavy
 imports happen inside the command function, so that ``gaugelab --help`` stays fast.
 """
@@ -132,7 +133,7 @@ def learn_forget(
 
     from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
     from gaugelab.cli._errors import fail
-    from gaugelab.experiments.learn_forget import (
+    from gaugelab.experiments.learn_forget.run import (
         LearnForgetSpec,
         notes,
         plan,
@@ -140,7 +141,7 @@ def learn_forget(
         run_learn_forget,
         tables,
     )
-    from gaugelab.experiments.lora import FinetuneSpec
+    from gaugelab.experiments.lora.run import FinetuneSpec
     from gaugelab.tasks.sources import path_source
 
     console = wide_console()
@@ -188,7 +189,7 @@ def learn_forget(
         f"seeds {list(ft.seeds)}, {ft.steps} steps, checkpoints "
         f"{list(spec.checkpoint_steps())}; store {store}"
     )
-    from gaugelab.study.sealed import SealedTestError
+    from gaugelab.study.release.sealed import SealedTestError
 
     try:
         outcome = run_with_bars(

@@ -1,9 +1,9 @@
 """``gaugelab lora``: LoRA on real text — ``finetune`` and ``inspect``.
 
-``finetune`` parses its options into a :class:`~gaugelab.experiments.lora.FinetuneSpec`, makes
-one library call (:func:`gaugelab.experiments.lora.run_lora_finetune`: pretrain, fine-tune every
+``finetune`` parses its options into a :class:`~gaugelab.experiments.lora.run.FinetuneSpec`, makes
+one library call (:func:`gaugelab.experiments.lora.run.run_lora_finetune`: pretrain, fine-tune every
 candidate, collect, report) and renders what it returns. ``inspect`` calls
-:func:`gaugelab.experiments.lora.run_lora_inspect` on an adapter folder, a candidate of a stored
+:func:`gaugelab.experiments.lora.run.run_lora_inspect` on an adapter folder, a candidate of a stored
 study or a run identity, and renders its tables.
 """
 
@@ -109,7 +109,7 @@ def finetune(
     defaults take about ten minutes on two cores; `gaugelab lora inspect full` (or
     `"lora r=4"`) then reads what a candidate learned.
     """
-    from gaugelab.experiments.lora import (
+    from gaugelab.experiments.lora.run import (
         FinetuneSpec,
         PretrainSpec,
         plan,
@@ -202,9 +202,9 @@ def inspect(
     folder gets what the factors allow, and the list of what could not be computed.
     """
     from gaugelab.cli.bench import pinned_threads
-    from gaugelab.experiments._study import ArtifactError
-    from gaugelab.experiments.lora import inspect_tables, run_lora_inspect
-    from gaugelab.study.store import StoreError
+    from gaugelab.experiments.lora.run import inspect_tables, run_lora_inspect
+    from gaugelab.study.experiment import ArtifactError
+    from gaugelab.study.store.db import StoreError
 
     console = wide_console()
     try:

@@ -1,7 +1,7 @@
 """`gaugelab lora compare` and `gaugelab lora compose`: subspace similarity and composition.
 
-``compare`` calls :func:`gaugelab.experiments.lora_compare.run_lora_compare` and renders its
-tables; ``compose`` calls :func:`gaugelab.experiments.lora_compare.run_lora_compose`. Heavy
+``compare`` calls :func:`gaugelab.experiments.lora_compare.run.run_lora_compare` and renders its
+tables; ``compose`` calls :func:`gaugelab.experiments.lora_compare.run.run_lora_compose`. Heavy
 imports (torch, the experiments) happen inside the command functions, so that
 ``gaugelab --help`` stays fast.
 """
@@ -19,7 +19,7 @@ from gaugelab.cli._errors import check_location, fail, guarded
 __all__ = ["compare", "compose", "register"]
 
 STORE = Path("gaugelab-runs") / "store.sqlite"
-"""The default run store (``gaugelab.study.store.DEFAULT_STORE_PATH``, without importing it)."""
+"""The default run store (``gaugelab.study.store.db.DEFAULT_STORE_PATH``, without importing it)."""
 
 _OPTIONS = {"seed_a": "--seed-a", "seed_b": "--seed-b", "study": "--study", "policy": "--policy",
             "rho": "--rho", "phi_max": "--phi-max", "null_samples": "--null-samples",
@@ -114,10 +114,10 @@ def compare(
     """
     from gaugelab.cli._console import rich_table, wide_console, working
     from gaugelab.cli.bench import pinned_threads
-    from gaugelab.experiments._compare_views import compare_tables
-    from gaugelab.experiments._study import ArtifactError
-    from gaugelab.experiments.lora_compare import run_lora_compare
-    from gaugelab.study.store import StoreError
+    from gaugelab.experiments.lora_compare.run import run_lora_compare
+    from gaugelab.experiments.lora_compare.views import compare_tables
+    from gaugelab.study.experiment import ArtifactError
+    from gaugelab.study.store.db import StoreError
 
     console = wide_console()
     try:
@@ -205,10 +205,10 @@ def compose(
     """
     from gaugelab.cli._console import rich_table, wide_console, working
     from gaugelab.cli.bench import pinned_threads
-    from gaugelab.experiments._compare_views import compose_tables
-    from gaugelab.experiments._study import ArtifactError
-    from gaugelab.experiments.lora_compare import run_lora_compose
-    from gaugelab.study.store import StoreError
+    from gaugelab.experiments.lora_compare.run import run_lora_compose
+    from gaugelab.experiments.lora_compare.views import compose_tables
+    from gaugelab.study.experiment import ArtifactError
+    from gaugelab.study.store.db import StoreError
 
     console = wide_console()
     try:

@@ -1,7 +1,7 @@
 """`gaugelab lora kernel`: kernel diagnostics on the three matched LoRA paths.
 
-Parses its options into a :class:`~gaugelab.experiments.lora_kernel.KernelSpec`, makes one
-library call (:func:`gaugelab.experiments.lora_kernel.run_lora_kernel`) and renders what it
+Parses its options into a :class:`~gaugelab.experiments.lora_kernel.run.KernelSpec`, makes one
+library call (:func:`gaugelab.experiments.lora_kernel.run.run_lora_kernel`) and renders what it
 returns. Heavy imports (torch, the experiments) happen inside the command function, so that
 ``gaugelab --help`` stays fast.
 """
@@ -91,8 +91,8 @@ def kernel(
     minutes on two cores; see docs/commands/lora-kernel.md for what the diagnostics do not
     prove.
     """
-    from gaugelab.experiments._lora_spec import PretrainSpec
-    from gaugelab.experiments.lora_kernel import (
+    from gaugelab.experiments.lora.spec import PretrainSpec
+    from gaugelab.experiments.lora_kernel.run import (
         OPTIMIZERS,
         KernelSpec,
         plan,
@@ -138,7 +138,7 @@ def kernel(
         max_workers=max_workers, threads=threads, address=address, report_dir=out,
         study_name=sweep.study,
     )  # fmt: skip
-    from gaugelab.experiments.lora_kernel import notes
+    from gaugelab.experiments.lora_kernel.run import notes
 
     lines = [Text(line) for line in notes(outcome.result)]
     print_outcome(console, outcome, tables(outcome.result), notes=lines, label_columns=1)

@@ -1,7 +1,7 @@
 """`gaugelab lora twins`: the twin triplet on LoRA fine-tuning.
 
-Parses the options into a :class:`~gaugelab.experiments.lora_twins.LoraTwinSpec`, makes one
-library call (:func:`gaugelab.experiments.lora_twins.run_lora_twins`: the pretrain run, one twin
+Parses the options into a :class:`~gaugelab.experiments.lora_twins.run.LoraTwinSpec`, makes one
+library call (:func:`gaugelab.experiments.lora_twins.run.run_lora_twins`: the pretrain run, one twin
 run per optimizer, collect, report) and renders what it returns. Heavy imports (torch, the
 experiments) happen inside the command function, so that ``gaugelab --help`` stays fast.
 """
@@ -22,7 +22,7 @@ from gaugelab.cli._options import Address, Executor, Out, Store, Threads, Worker
 __all__ = ["LORA_TWIN_OPTIMIZERS", "register", "twins"]
 
 LORA_TWIN_OPTIMIZERS = ("adam", "sgd", "sgd-compensated", "scaled-gd", "scalar-adam")
-""":data:`gaugelab.experiments.lora_twins.LORA_TWIN_OPTIMIZERS` (written out: the help must not
+""":data:`gaugelab.experiments.lora_twins.run.LORA_TWIN_OPTIMIZERS` (written out: the help must not
 import the experiment; tests/cli/test_lora_twins_cli.py checks that the two are equal)."""
 
 OPTIONS = {
@@ -101,7 +101,7 @@ def twins(
                 f"{', '.join(LORA_TWIN_OPTIMIZERS)}"
             )
         check_run_options(executor, max_workers, threads, dtype)
-        from gaugelab.experiments.lora_twins import (
+        from gaugelab.experiments.lora_twins.run import (
             LoraTwinSpec,
             PretrainSpec,
             plan,
@@ -129,7 +129,7 @@ def twins(
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
-    from gaugelab.experiments.lora_twins import angle_line, run_lora_twins, tables
+    from gaugelab.experiments.lora_twins.run import angle_line, run_lora_twins, tables
 
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     p = spec.pretrain

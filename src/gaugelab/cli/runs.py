@@ -23,12 +23,12 @@ from gaugelab.cli._console import failure_line, rich_table, wide_console, workin
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._run_labels import trains
-from gaugelab.study.report import Table as ReportTable
-from gaugelab.study.report import new_report_dir
+from gaugelab.study.report.builder import Table as ReportTable
+from gaugelab.study.report.builder import new_report_dir
 
 if TYPE_CHECKING:
     from gaugelab.experiments.registry import WrittenReport
-    from gaugelab.study.store import MetricRow, RunRow, RunStore
+    from gaugelab.study.store.db import MetricRow, RunRow, RunStore
 
 # The store (pydantic specs) is imported by the commands that open one, and an experiment only
 # by `report` of a study of its kind: `gaugelab runs list` imports no torch.
@@ -62,7 +62,7 @@ def _open_store(path: Path) -> Iterator["RunStore"]:
     """Open an existing store for reading; a missing or refused store, or a refusal while
     reading it, becomes a one-line error (a failure of the machine is the command guard's,
     cli/_errors.py)."""
-    from gaugelab.study.store import RunStore, StoreError
+    from gaugelab.study.store.db import RunStore, StoreError
 
     try:
         store = RunStore(path, create=False)
@@ -266,7 +266,7 @@ def _relative(path: Path, folder: Path) -> str:
 def _file_state(path: Path, sha256: str) -> str:
     """``intact``, ``missing`` (a checkpoint deleted by design reads the same), ``changed``
     or ``unreadable``: the file now, against the digest the store recorded."""
-    from gaugelab.study._queries import file_sha256
+    from gaugelab.study.store.queries import file_sha256
 
     try:
         return "intact" if file_sha256(path) == sha256 else "changed"

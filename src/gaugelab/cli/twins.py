@@ -1,7 +1,7 @@
 """``gaugelab twins``: the attention-head twin protocol (the main job).
 
 Parses the options into a base spec, makes one library call
-(:func:`gaugelab.experiments.twins.run_twins_study`: run, collect the stored metrics and
+(:func:`gaugelab.experiments.twins.run.run_twins_study`: run, collect the stored metrics and
 verdicts, write the report) and renders what it returns.
 """
 
@@ -24,9 +24,9 @@ OPTIONS = {"steps": "--steps", "dtype": "--dtype", "batch_size": "--batch-size",
 
 
 def run_twins_study(*args: Any, **options: Any) -> Any:
-    """:func:`gaugelab.experiments.twins.run_twins_study`, imported when the command runs (the
+    """:func:`gaugelab.experiments.twins.run.run_twins_study`, imported when the command runs (the
     experiment imports torch; ``gaugelab --help`` must not)."""
-    from gaugelab.experiments.twins import run_twins_study as run_now
+    from gaugelab.experiments.twins.run import run_twins_study as run_now
 
     return run_now(*args, **options)
 
@@ -112,8 +112,8 @@ def twins(
     checkpoint when the same command is run again.
     """
     from gaugelab.equivariance.twins import GAUGE_DRAWS
-    from gaugelab.experiments._twins_results import verdict_lines
-    from gaugelab.experiments.twins import (
+    from gaugelab.experiments.twins.results import verdict_lines
+    from gaugelab.experiments.twins.run import (
         QUICK_CHECKPOINTS,
         QUICK_STEPS,
         TwinSpec,

@@ -54,7 +54,7 @@ def _budget(steps: int | None, seeds: str | None, quick: bool, base: dict) -> di
 
 
 def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
-    from gaugelab.experiments.zoo import LearningRateGrids
+    from gaugelab.experiments.sensing.zoo import LearningRateGrids
 
     grids = {}
     for item in items:
@@ -129,8 +129,8 @@ def zoo(
     Runs already completed in the store are not run again; a run killed mid-way resumes from
     its last checkpoint (every 2,000 steps) when the same command is run again.
     """
-    from gaugelab.experiments import zoo as zoo_experiment
-    from gaugelab.experiments.zoo import ZooSpec
+    from gaugelab.experiments.sensing import zoo as zoo_experiment
+    from gaugelab.experiments.sensing.zoo import ZooSpec
 
     console = wide_console()
     try:
@@ -217,8 +217,8 @@ def dial(
     Runs already completed in the store are not run again; a run killed mid-way resumes from
     its last checkpoint when the same command is run again.
     """
-    from gaugelab.experiments import dial as dial_experiment
-    from gaugelab.experiments.dial import DialSpec
+    from gaugelab.experiments.sensing import dial as dial_experiment
+    from gaugelab.experiments.sensing.dial import DialSpec
 
     console = wide_console()
     try:

@@ -10,7 +10,7 @@ QK drift (per layer and head, the relative distance of ``W_Q[h] W_K[h]ᵀ``) and
 (``W_V[h] W_O[h]``).
 
 This module is the engine: which twins, how they are measured, how the triplet is read. The
-protocol (model, data, optimizer hyperparameters) is :mod:`gaugelab.experiments.twins`.
+protocol (model, data, optimizer hyperparameters) is :mod:`gaugelab.experiments.twins.run`.
 
 Source: singh2026lossbasis, §6 (twin protocol); docs/protocols.md §5.
 """

@@ -4,9 +4,10 @@ Every experiment module has the same small surface:
 
 * a frozen **spec** (an :class:`~gaugelab.study.spec.ExperimentSpec`: every default is the
   protocol of docs/protocols.md, every field described):
-  :class:`~gaugelab.experiments.zoo.ZooSpec`, :class:`~gaugelab.experiments.dial.DialSpec`,
-  :class:`~gaugelab.experiments.twins.TwinStudy`,
-  :class:`~gaugelab.experiments.lora.FinetuneSpec`;
+  :class:`~gaugelab.experiments.sensing.zoo.ZooSpec`,
+  :class:`~gaugelab.experiments.sensing.dial.DialSpec`,
+  :class:`~gaugelab.experiments.twins.run.TwinStudy`,
+  :class:`~gaugelab.experiments.lora.run.FinetuneSpec`;
 * ``plan(spec) -> Sweep``: the study's runs, executed by :func:`gaugelab.study.run_sweep` — the
   one executor (local processes or Ray), which skips completed runs, retries only
   infrastructure failures and resumes interrupted runs from their checkpoints;
@@ -17,16 +18,17 @@ Every experiment module has the same small surface:
 * ``report(result, out_dir) -> Path``: figures and the self-contained HTML report.
 
 ``run_zoo``, ``run_dial``, ``run_twins_study`` and ``run_lora_finetune`` do all of it at once
-(:func:`~gaugelab.experiments._study.run_experiment`) and return a
-:class:`~gaugelab.experiments._study.StudyOutcome` (result, the executor's account, report
+(:func:`~gaugelab.study.experiment.run_experiment`) and return a
+:class:`~gaugelab.study.experiment.StudyOutcome` (result, the executor's account, report
 path); the ``gaugelab`` commands are these calls plus rendering.
 
 Modules:
 
-* :mod:`~gaugelab.experiments.zoo` — the matrix-sensing optimizer zoo (docs/protocols.md §3);
-* :mod:`~gaugelab.experiments.dial` — the Adam-p dial (docs/protocols.md §4);
-* :mod:`~gaugelab.experiments.twins` — the attention-head twin protocol (docs/protocols.md §5);
-* :mod:`~gaugelab.experiments.lora` — LoRA on real text: a pretrain run, full and LoRA
+* :mod:`~gaugelab.experiments.sensing.zoo` — the matrix-sensing optimizer zoo (docs/protocols.md
+§3);
+* :mod:`~gaugelab.experiments.sensing.dial` — the Adam-p dial (docs/protocols.md §4);
+* :mod:`~gaugelab.experiments.twins.run` — the attention-head twin protocol (docs/protocols.md §5);
+* :mod:`~gaugelab.experiments.lora.run` — LoRA on real text: a pretrain run, full and LoRA
   fine-tuning candidates, and ``inspect_lora`` (rank policies, truncation, the evidence
   ladder; docs/commands/lora.md);
 * :mod:`~gaugelab.experiments.registry` — study kind → experiment module, and a study's
@@ -40,27 +42,23 @@ Modules:
   and figures), ``_study`` (what the experiments share).
 """
 
-import importlib
+from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
-    "StudyOutcome": "_study",
-    "DialResult": "dial",
-    "DialSpec": "dial",
-    "run_dial": "dial",
-    "LearningRateGrids": "zoo",
-    "ZooResult": "zoo",
-    "ZooSpec": "zoo",
-    "run_zoo": "zoo",
+    "StudyOutcome": "gaugelab.study.experiment",
+    "DialResult": "sensing.dial",
+    "DialSpec": "sensing.dial",
+    "run_dial": "sensing.dial",
+    "LearningRateGrids": "sensing.zoo",
+    "ZooResult": "sensing.zoo",
+    "ZooSpec": "sensing.zoo",
+    "run_zoo": "sensing.zoo",
 }
 """Exported name → its module, imported on first use: an experiment imports torch, and a
 command that needs one experiment (``gaugelab report`` of a twins study) imports only it."""
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gaugelab.experiments' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"gaugelab.experiments.{module}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

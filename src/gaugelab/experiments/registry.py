@@ -2,8 +2,8 @@
 
 ``gaugelab report STUDY`` writes an experiment's own report (its tables, figures and verdicts,
 through the experiment's ``collect`` and ``report``) for a study of a known kind, and the
-harness's generic study report (:func:`gaugelab.study.summary.write_study_report`) for any
-other study. The experiments verify what they read back (:mod:`gaugelab.experiments._study`):
+harness's generic study report (:func:`gaugelab.study.report.summary.write_study_report`) for any
+other study. The experiments verify what they read back (:mod:`gaugelab.study.experiment`):
 a run whose files changed after it wrote them is reported as ``unverified``, and
 :class:`WrittenReport` says which.
 """
@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from gaugelab.experiments._study import UNVERIFIED, study_row
-from gaugelab.study.store import RunStore
-from gaugelab.study.summary import write_study_report
+from gaugelab.study.experiment import UNVERIFIED, study_row
+from gaugelab.study.report.summary import write_study_report
+from gaugelab.study.store.db import RunStore
 
 EXPERIMENTS: dict[str, str] = {
-    "zoo": "gaugelab.experiments.zoo",
-    "dial": "gaugelab.experiments.dial",
-    "twins": "gaugelab.experiments.twins",
-    "lora-finetune": "gaugelab.experiments.lora",
-    "intrinsic-dim": "gaugelab.experiments.intrinsic",
-    "lora-twins": "gaugelab.experiments.lora_twins",
-    "lora-kernel": "gaugelab.experiments.lora_kernel",
-    "learn-forget": "gaugelab.experiments.learn_forget",
+    "zoo": "gaugelab.experiments.sensing.zoo",
+    "dial": "gaugelab.experiments.sensing.dial",
+    "twins": "gaugelab.experiments.twins.run",
+    "lora-finetune": "gaugelab.experiments.lora.run",
+    "intrinsic-dim": "gaugelab.experiments.intrinsic.run",
+    "lora-twins": "gaugelab.experiments.lora_twins.run",
+    "lora-kernel": "gaugelab.experiments.lora_kernel.run",
+    "learn-forget": "gaugelab.experiments.learn_forget.run",
 }
 """Study kind → the experiment module (``collect``, ``tables``, ``report``), imported on use."""
 

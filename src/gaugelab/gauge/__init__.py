@@ -1,7 +1,7 @@
 """Symmetry: gauge groups (sample, contains) and their action on factor pairs."""
 
-from .actions import act, contragredient, inverse_transpose, represented
-from .groups import (
+from gaugelab.gauge.actions import act, contragredient, inverse_transpose, represented
+from gaugelab.gauge.groups import (
     GROUPS,
     GeneralLinear,
     Group,
@@ -14,7 +14,7 @@ from .groups import (
     Trivial,
     make_group,
 )
-from .state import transform_state
+from gaugelab.gauge.state import transform_state
 
 __all__ = [
     "GROUPS",

@@ -4,9 +4,9 @@ Every function is batched over leading dimensions where that makes sense, comput
 input's dtype and takes an explicit ``torch.Generator`` when it draws random numbers.
 """
 
-from .polar import MUON_COEFFICIENTS, msign
-from .psd import psd_power
-from .random import haar_orthogonal, orthonormal_basis
+from gaugelab.linalg.polar import MUON_COEFFICIENTS, msign
+from gaugelab.linalg.psd import psd_power
+from gaugelab.linalg.random import haar_orthogonal, orthonormal_basis
 
 __all__ = [
     "MUON_COEFFICIENTS",

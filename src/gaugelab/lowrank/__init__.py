@@ -19,13 +19,13 @@ rebalancing), ``expressivity`` (§0x0A: scoped rank ledgers), ``kernels`` (§0x0
 kernels, drift diagnostics and their probe estimators), ``intrinsic`` (§0x02: projections
 with exact adjoints, DID/SAID, the d90 estimate), ``selection`` (§0x0B: candidate manifests,
 typed candidate records, orientation, validation-only checkpoint choice, gates, fail-closed
-validation, the points :mod:`gaugelab.study.compare` selects on) and ``design`` (§0x0C: units,
+validation, the points :mod:`gaugelab.study.stats.compare` selects on) and ``design`` (§0x0C: units,
 blocks, nuisance tuples, the content-hashed design manifest, paired contrasts, attempt
 lineage, the typed failure catalog).
 """
 
-from ._factored import FactoredSvd, SvdRecord, factored_svd
-from .ranks import (
+from gaugelab.lowrank.spectra.factored import FactoredSvd, SvdRecord, factored_svd
+from gaugelab.lowrank.spectra.ranks import (
     POLICIES,
     RankReport,
     Spectrum,
@@ -39,7 +39,7 @@ from .ranks import (
     spectrum,
     stable_rank,
 )
-from .reconstruction import (
+from gaugelab.lowrank.spectra.reconstruction import (
     BALANCES,
     CovarianceSupport,
     OutputResidual,

@@ -14,7 +14,7 @@
   report per study; ``summary`` — the generic report of any study from the store.
 """
 
-import importlib
+from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
     "Checkpoint": "checkpoint",
@@ -27,10 +27,10 @@ _EXPORTS = {
     "execute_run": "runner",
     "ExperimentSpec": "spec",
     "Manifest": "spec",
-    "DEFAULT_STORE_PATH": "store",
-    "TERMINATION_CLASSES": "store",
-    "RunStore": "store",
-    "StoreError": "store",
+    "DEFAULT_STORE_PATH": "store.db",
+    "TERMINATION_CLASSES": "store.db",
+    "RunStore": "store.db",
+    "StoreError": "store.db",
     "Sweep": "sweep",
     "SweepInterrupted": "sweep",
     "SweepResult": "sweep",
@@ -41,11 +41,7 @@ _EXPORTS = {
 light."""
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gaugelab.study' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"gaugelab.study.{module}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -33,7 +33,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
-from gaugelab.study.store import StoreError
+from gaugelab.study.store.db import StoreError
 
 __all__ = [
     "Checkpoint",

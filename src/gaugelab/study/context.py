@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gaugelab.study._queries import CHECKPOINT_KINDS, file_sha256
 from gaugelab.study.checkpoint import (
     Checkpoint,
     latest_checkpoint,
@@ -23,7 +22,8 @@ from gaugelab.study.checkpoint import (
     save_checkpoint,
 )
 from gaugelab.study.spec import ExperimentSpec
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.queries import CHECKPOINT_KINDS, file_sha256
 
 __all__ = ["RunContext"]
 

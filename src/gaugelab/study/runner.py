@@ -12,9 +12,9 @@ Whatever ends the attempt is recorded as one of the termination classes:
 * ``infrastructure_failure`` — anything else (the environment or the code failed). Only these
   are retried by a sweep, and only when :func:`retryable`.
 
-An attempt is opened by :meth:`~gaugelab.study.store.RunStore.claim`: a run that a live process
+An attempt is opened by :meth:`~gaugelab.study.store.db.RunStore.claim`: a run that a live process
 holds is not attempted (the outcome is ``"held"``), nor one that completed meanwhile
-(``"reused"``). While the run trains, a :class:`~gaugelab.study._owner.Heartbeat` thread keeps
+(``"reused"``). While the run trains, a :class:`~gaugelab.study.store.owner.Heartbeat` thread keeps
 its claim fresh and, in a worker, stops the run when the driver that asked for it is gone.
 
 A long run writes checkpoints with :meth:`RunContext.checkpoint` (each file recorded in the
@@ -43,10 +43,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from gaugelab.errors import NonFiniteError
-from gaugelab.study._owner import Heartbeat, Owner
 from gaugelab.study.context import RunContext
 from gaugelab.study.spec import ExperimentSpec
-from gaugelab.study.store import RunStore
+from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.owner import Heartbeat, Owner
 
 __all__ = [
     "HELD",
@@ -218,7 +218,7 @@ def execute_run(
         module, qualname, payload: from :func:`spec_reference`.
         progress: receives the run's :meth:`RunContext.progress` reports.
         distrust_through: completed attempts up to this ordinal do not count (their artifacts
-            failed verification; see :meth:`~gaugelab.study.store.RunStore.claim`).
+            failed verification; see :meth:`~gaugelab.study.store.db.RunStore.claim`).
         driver: the process that asked for the run, when it is another one (a sweep's
             driver): if it dies, the run stops (``cancelled``) and this worker exits.
 

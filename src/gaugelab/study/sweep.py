@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gaugelab.study._executors import POLL_SECONDS, InProcess, Labels, LocalPool, Task
-from gaugelab.study._ray import RAY_MISSING, RayPool, ray_available
+from gaugelab.study.executors.local import POLL_SECONDS, InProcess, Labels, LocalPool, Task
+from gaugelab.study.executors.ray import RAY_MISSING, RayPool, ray_available
 from gaugelab.study.runner import HELD, REUSED, Outcome, RunInterrupted, spec_reference
 from gaugelab.study.spec import ExperimentSpec, Manifest
-from gaugelab.study.store import DEFAULT_STORE_PATH, RunStore
+from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["EXECUTORS", "Sweep", "SweepInterrupted", "SweepResult", "run_sweep"]
 
@@ -116,7 +116,7 @@ class SweepResult:
             message), after retries.
         outcomes: every attempt's outcome, retries included.
         reexecuted: identity → why a completed run was executed again: its recorded artifacts
-            failed verification (:meth:`~gaugelab.study.store.RunStore.verify_artifacts`,
+            failed verification (:meth:`~gaugelab.study.store.db.RunStore.verify_artifacts`,
             one problem per file, joined by ``"; "``).
         waited: identities that another live process held when this sweep reached them (the
             sweep waited for it, then reused its result — or ran the run itself if it died).
@@ -178,12 +178,12 @@ def run_sweep(
     """Run every spec of a sweep that has not completed yet.
 
     Several processes may run the same sweep into one store at once: each run is claimed
-    atomically (:meth:`~gaugelab.study.store.RunStore.claim`), so no run trains twice; a run
+    atomically (:meth:`~gaugelab.study.store.db.RunStore.claim`), so no run trains twice; a run
     that another live process holds is waited for (polled every
-    :data:`~gaugelab.study._executors.POLL_SECONDS`) while this sweep goes on with the others,
+    :data:`~gaugelab.study.executors.local.POLL_SECONDS`) while this sweep goes on with the others,
     then reused — or executed, resuming from its checkpoint, if its owner died. A completed run
     is reused only if its recorded artifacts still match their sha256
-    (:meth:`~gaugelab.study.store.RunStore.verify_artifacts`); otherwise it is executed again
+    (:meth:`~gaugelab.study.store.db.RunStore.verify_artifacts`); otherwise it is executed again
     as a new attempt (:attr:`SweepResult.reexecuted`).
 
     Args:

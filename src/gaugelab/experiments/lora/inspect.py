@@ -1,0 +1,234 @@
+"""``inspect_lora``: what one adapter's updates are — rank policies, truncation, evidence ladder.
+
+A source is a stored fine-tuning run (an identity prefix: its adapter, or for full fine-tuning
+its dense deltas, read after the sha256 check) or a PEFT adapter folder. Per adapted module it
+reports the configured rank, every rank policy (seed 003 §0x04I, plus §0x0BE's 90%-energy
+rank), the spectrum and the weight-space truncation table (§0x04D) — all from the factors
+alone, in factor space — and, when gaugelab knows the base model and its data (a stored run, or
+an adapter whose ``base_model_name_or_path`` names a pretrain run in the store), the evidence
+ladder of §0x04M (:mod:`gaugelab.experiments.lora.ladder`). What could not be computed is
+listed, with why.
+
+Source: seed 003 §0x04 (reconstruction), §0x04I (policies), §0x04M (ladder), §0x0BE–0x0BF.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from gaugelab.experiments.lora.data import base_model, eval_batches, finetune_corpus
+from gaugelab.experiments.lora.ladder import (
+    JointRow,
+    LadderRow,
+    Replacer,
+    capture_inputs,
+    ladder,
+    mean_loss,
+)
+from gaugelab.experiments.lora.sources import Source, find, open_store
+from gaugelab.experiments.lora.spec import ALL_TARGETS, LAYER, family
+from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
+from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
+
+
+@dataclass(frozen=True)
+class ModuleReport:
+    """One adapted module's update ``ΔW`` ``[d_out, d_in]``.
+
+    Attributes:
+        module: its path; layer: the block index (``None`` outside the blocks); family:
+            ``attention``, ``mlp`` or ``other``.
+        shape: ``(d_out, d_in)``; configured: the LoRA rank (``None`` for a dense update);
+            scale: ``s`` (``None`` for a dense update).
+        policies: every rank policy (:func:`gaugelab.lowrank.rank_policies`, 99% energy).
+        energy90: §0x0BE's rank: the smallest ``k`` with 90% of ``‖ΔW‖_F²``.
+        sigma: the singular values, non-increasing.
+        truncation: one :class:`gaugelab.lowrank.TruncationRow` per rank (factors dropped).
+        ladder: one :class:`LadderRow` per rank (empty when the ladder was not computed).
+    """
+
+    module: str
+    layer: int | None
+    family: str
+    shape: tuple[int, int]
+    configured: int | None
+    scale: float | None
+    policies: tuple[RankReport, ...]
+    energy90: int
+    sigma: list[float]
+    truncation: list[dict[str, float | int | bool]]
+    ladder: list[LadderRow] = field(default_factory=list)
+
+    def policy(self, name: str) -> int | float | None:
+        """The value of the first policy whose id starts with ``name`` (``None`` if absent)."""
+        return next((p.value for p in self.policies if p.policy_id.startswith(name)), None)
+
+
+@dataclass
+class InspectResult:
+    """What :func:`inspect_lora` found.
+
+    Attributes:
+        source: what was inspected (a path, or ``run <identity[:12]>``); label: its candidate
+            (``lora r=4``, ``full``, or ``adapter``); method: ``lora`` or ``full``; seed: the
+            ensemble member inspected (``None`` for a folder).
+        ranks: the truncation ranks; modules: one :class:`ModuleReport` per module.
+        reference: target / retention validation loss of the model with the whole update
+            (``target``, ``retention``), without it (``base_target``, ``base_retention``),
+            and as the run logged them (``logged_target``, ``logged_retention``), where known.
+        joint: one :class:`JointRow` per rank (empty without the ladder).
+        not_computed: what could not be computed, and why.
+        other_updates: parameters the update also changed that are not analysed (dense).
+    """
+
+    source: str
+    label: str
+    method: str
+    seed: int | None
+    ranks: tuple[int, ...]
+    modules: list[ModuleReport]
+    reference: dict[str, float] = field(default_factory=dict)
+    joint: list[JointRow] = field(default_factory=list)
+    not_computed: list[str] = field(default_factory=list)
+    other_updates: list[str] = field(default_factory=list)
+
+    @property
+    def has_ladder(self) -> bool:
+        """Whether the evidence ladder was computed."""
+        return bool(self.joint)
+
+
+def _module_report(module: str, update: object, configured: int | None, scale: float | None,
+                   shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype):  # fmt: skip
+    policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype)
+    sweep = reconstruct_by_rank(update, ranks, matrix_id=module, computed_in=dtype)
+    rows = [{"rank": r.rank, "retained_energy": r.retained_energy,
+             "retained_mass": r.retained_mass, "frobenius_squared": r.frobenius_squared,
+             "spectral": r.spectral, "non_unique": r.non_unique} for r in sweep.rows]  # fmt: skip
+    match = LAYER.search(module)
+    return ModuleReport(
+        module=module, layer=int(match[1]) if match else None, family=family(module),
+        shape=shape, configured=configured, scale=scale, policies=policies,
+        energy90=int(energy_rank(update, matrix_id=module, rho=0.9).value),
+        sigma=sweep.sigma.tolist(), truncation=rows,
+    )  # fmt: skip
+
+
+def inspect_lora(
+    source: str | os.PathLike[str],
+    *,
+    store: str | os.PathLike[str] | RunStore = DEFAULT_STORE_PATH,
+    ranks: Sequence[int] = (1, 4, 16),
+    seed: int | None = None,
+    study: str | None = None,
+    evidence: bool = True,
+) -> InspectResult:
+    """Inspect an adapter: per module, rank policies, spectrum, truncation and evidence ladder.
+
+    Args:
+        source: a PEFT adapter folder (or a file in it); a candidate label, ``full`` or
+            ``lora r=<r>``, of a fine-tuning study in ``store``; or the identity (a prefix of
+            4 or more hex characters) of a ``lora-finetune`` run in ``store``. An existing
+            path wins.
+        store: the run store (a path or an open :class:`RunStore`); a missing store file is
+            fine for a folder (the ladder is then not computed).
+        ranks: truncation ranks, integers ≥ 0.
+        seed: which seed of a run's ensemble (default: its first).
+        study: where a candidate label is looked up (default: the newest fine-tuning study
+            of the store that has it).
+        evidence: compute the evidence ladder when base model and data are known.
+
+    Returns:
+        The :class:`InspectResult`. Every decomposition runs in float64 with the tolerances of
+        the dtype the update was produced in.
+
+    Raises:
+        ValueError: ``source`` is neither an adapter folder nor a candidate or run of the
+            store (an ambiguous prefix); a run that
+            is not a fine-tuning run, not completed, or has no such ``seed``; bad ``ranks``;
+            an unreadable adapter (as :meth:`gaugelab.adapters.Adapter.load`).
+        ArtifactError: a file the run recorded changed since it was written.
+
+    Source: seed 003 §0x04I, §0x04K, §0x04M, §0x0BE.
+    """
+    ranks = tuple(ranks)
+    if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
+        raise ValueError(f"inspect_lora: ranks={list(ranks)}; allowed: integers >= 0")
+    with open_store(store) as db:
+        found = find(str(source), db, seed, study, "inspect_lora")
+        return _inspect(found.source, ranks, evidence)
+
+
+def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:
+    f64 = torch.float64
+    modules, deltas = [], {}
+    for m, (B, A, s) in found.factors.items():
+        factors = (B.to(f64), A.to(f64), s)
+        modules.append(_module_report(m, factors, A.shape[0], s, (B.shape[0], A.shape[1]),
+                                      ranks, found.dtype))  # fmt: skip
+        deltas[m] = (factors[0] @ factors[1]) * s
+    for m, delta in found.dense.items():
+        modules.append(_module_report(m, delta.to(f64), None, None, tuple(delta.shape), ranks,
+                                      found.dtype))  # fmt: skip
+        deltas[m] = delta.to(f64)
+    modules.sort(key=_order)
+    result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
+                           dict(found.logged), not_computed=list(found.missing),
+                           other_updates=sorted(found.others))  # fmt: skip
+    if found.pretrain is None or found.weights is None:
+        return result
+    if not evidence:
+        result.not_computed.append("evidence ladder: not asked for (--no-evidence; evidence=False)")
+        return result
+    corpus = finetune_corpus(found.pretrain, found.target_corpus)
+    val = eval_batches(corpus, found.pretrain)
+    model = base_model(found.pretrain, found.weights, corpus.d_vocab)
+    result.reference["base_target"] = mean_loss(model, val["target"])
+    result.reference["base_retention"] = mean_loss(model, val["retention"])
+    with torch.no_grad():
+        params = dict(model.named_parameters())
+        for key, value in found.others.items():
+            params[key] += value.to(params[key].dtype)
+    replacer = Replacer(model, deltas)
+    result.reference["target"] = mean_loss(model, val["target"])
+    result.reference["retention"] = mean_loss(model, val["retention"])
+    inputs = capture_inputs(model, list(deltas), val["target"])
+    rows, result.joint = ladder(replacer, inputs, val["target"], val["retention"], ranks,
+                                found.dtype)  # fmt: skip
+    by_module: dict[str, list[LadderRow]] = {}
+    for row in rows:
+        by_module.setdefault(row.module, []).append(row)
+    result.modules = [_with_ladder(m, by_module.get(m.module, [])) for m in modules]
+    return result
+
+
+def _order(report: ModuleReport) -> tuple[int, int, str]:
+    """Block order, then the projections' order within a block, then the name."""
+    leaf = report.module.rsplit(".", 1)[-1]
+    position = ALL_TARGETS.index(leaf) if leaf in ALL_TARGETS else len(ALL_TARGETS)
+    return (-1 if report.layer is None else report.layer, position, report.module)
+
+
+def _with_ladder(report: ModuleReport, rows: list[LadderRow]) -> ModuleReport:
+    return ModuleReport(**{**report.__dict__, "ladder": rows})
+
+
+def to_json(result: InspectResult) -> str:
+    """The result as JSON (policies as ``{policy_id: value}``)."""
+    modules = []
+    for m in result.modules:
+        data = {k: v for k, v in m.__dict__.items() if k not in ("policies", "ladder")}
+        data["policies"] = {p.policy_id: p.value for p in m.policies}
+        data["ladder"] = [row.__dict__ for row in m.ladder]
+        modules.append(data)
+    payload = {**{k: v for k, v in result.__dict__.items() if k not in ("modules", "joint")},
+               "modules": modules, "joint": [j.__dict__ for j in result.joint]}  # fmt: skip
+    return json.dumps(payload, indent=1, allow_nan=True)
+
+
+__all__ = ["InspectResult", "ModuleReport", "inspect_lora", "to_json"]

@@ -1,0 +1,30 @@
+"""Comparing and composing adapters: gauge-invariant subspace similarity and static composition.
+
+* ``compose`` — ``compose_lora``: compose stored or folder adapters, write the PEFT result, and
+  measure the rank ledger, the interference of every pair and — with base model and data — the
+  validation losses of the composition against each adapter alone.
+* ``run`` — Comparing and composing adapters: gauge-invariant subspace similarity and static
+  composition.
+* ``sources`` — What ``lora compare`` / ``lora compose`` need beside a resolved source
+  (:func:`gaugelab.experiments.lora.sources.find`), when its base model is known: its validation
+  data, its base with the updates merged, and losses.
+* ``views`` — Tables, φ heatmaps and the HTML reports of ``lora compare`` and ``lora compose``.
+
+The public names of ``run`` are re-exported here (imported on first use).
+"""
+
+from gaugelab._lazy import lazy_exports
+
+_EXPORTS = {
+    "CompareResult": "run",
+    "ComposeResult": "run",
+    "ModuleComparison": "run",
+    "compare_lora": "run",
+    "compose_lora": "run",
+    "run_lora_compare": "run",
+    "run_lora_compose": "run",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+__all__ = sorted(_EXPORTS)

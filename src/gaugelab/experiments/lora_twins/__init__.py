@@ -1,0 +1,37 @@
+"""LoRA gauge twins: the twin triplet on LoRA fine-tuning of the character model.
+
+* ``results`` — The LoRA twin study read back from the store: one row per optimizer, tables,
+  figure, report.
+* ``run`` — LoRA gauge twins: the twin triplet on LoRA fine-tuning of the character model.
+* ``spec`` — The LoRA twin protocol's configuration: one optimizer's twin run on the character
+  model.
+* ``train`` — One LoRA twin run: warm up an adapter, build its twins, train them as one ensemble,
+  measure.
+
+The public names of ``run`` are re-exported here (imported on first use).
+"""
+
+from gaugelab._lazy import lazy_exports
+
+_EXPORTS = {
+    "DEFAULT_LR": "run",
+    "LORA_TWIN_OPTIMIZERS": "run",
+    "TWIN_NAMES": "run",
+    "LoraTwinRow": "run",
+    "LoraTwinSpec": "run",
+    "LoraTwinsResult": "run",
+    "PretrainSpec": "run",
+    "angle_line": "run",
+    "collect": "run",
+    "distance_figure": "run",
+    "notes": "run",
+    "plan": "run",
+    "quick_twin_spec": "run",
+    "report": "run",
+    "run_lora_twins": "run",
+    "tables": "run",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+__all__ = sorted(_EXPORTS)

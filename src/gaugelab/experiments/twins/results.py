@@ -1,0 +1,335 @@
+"""The twin study read back from the store: rows, verdicts, paired statistics, tables, report
+(its figures: :mod:`gaugelab.experiments.twins.figures`).
+
+Nothing here recomputes what a run stored: distances, drifts and accuracies are the logged
+metrics, the verdict is the run's ``summary`` artifact, read only once its bytes match the
+sha256 the store recorded (a changed or missing summary makes the run ``unverified``).
+
+Source: singh2026lossbasis, §6; docs/protocols.md §5.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gaugelab.experiments.twins.figures import optimizer_colors, twin_panels
+from gaugelab.experiments.twins.spec import TwinSpec
+from gaugelab.study.experiment import (
+    ArtifactError,
+    paired_cells,
+    paired_columns,
+    run_states,
+    study_row,
+    verified_json,
+)
+from gaugelab.study.report import builder as rep
+from gaugelab.study.stats.paired import PairedComparison, paired_differences
+from gaugelab.study.store.db import RunStore
+
+TABLE_STEPS = (1, 10, 100)
+
+
+@dataclass
+class TwinRow:
+    """One optimizer × pair: the protocol's table row for every twin, and the stored verdict."""
+
+    optimizer: str
+    pair: int
+    identity: str
+    termination: str
+    verdict: str
+    explanation: str
+    distances: dict[str, dict[int, float]] = field(default_factory=dict)  # twin → step → dist
+    qk_drift: dict[str, float] = field(default_factory=dict)  # twin → final mean QK drift
+    qk_series: dict[str, dict[int, float]] = field(default_factory=dict)  # twin → step → drift
+    hyper: dict[str, Any] = field(default_factory=dict)  # the run's optimizer hyperparameters
+    val_accuracy: dict[str, float] = field(default_factory=dict)  # member → final accuracy
+    merge: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        """Why the run did not complete ("" when it did)."""
+        return "" if self.termination == "completed" else self.explanation
+
+    @property
+    def label(self) -> str:
+        """``optimizer`` for pair 0, ``optimizer #i`` for pair ``i``."""
+        return self.optimizer if self.pair == 0 else f"{self.optimizer} #{self.pair}"
+
+
+@dataclass
+class TwinsResult:
+    """The twin study as read back from the store.
+
+    Attributes:
+        study: the study's name; spec: its base spec (JSON mode: ``{"twin": …, "merge": …}``).
+        rows: one :class:`TwinRow` per run, in the sweep's order.
+        paired: optimizer → ``{"step 1" | "final": PairedComparison}`` of ``log10(gauge /
+            noise)`` over the pairs (only for optimizers with two or more completed pairs).
+    """
+
+    study: str
+    spec: dict[str, Any]
+    rows: list[TwinRow]
+    paired: dict[str, dict[str, PairedComparison]] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        """The runs' training steps."""
+        return int(self.spec["twin"]["steps"])
+
+    @property
+    def optimizers(self) -> dict[str, dict[str, Any]]:
+        """Every optimizer of the study, in the sweep's order → its runs' hyperparameters."""
+        out: dict[str, dict[str, Any]] = {}
+        for row in self.rows:
+            out.setdefault(row.optimizer, row.hyper)
+        return out
+
+    def study_spec(self) -> dict[str, Any]:
+        """The study's spec as a report shows it: the stored base spec names only the base
+        optimizer, so its ``optimizer`` and ``hyper`` are replaced by ``optimizers``, every
+        optimizer of the study in its order with its hyperparameters (``[{"optimizer": name,
+        "hyper": {...}}, ...]``), and the number of (init seed, gauge draw) pairs is added (pair
+        ``i`` uses ``init_seed + i`` and ``gauge_seed + i``)."""
+        twin = {k: v for k, v in self.spec["twin"].items() if k not in ("optimizer", "hyper")}
+        optimizers = [{"optimizer": o, "hyper": h} for o, h in self.optimizers.items()]
+        pairs = len({r.pair for r in self.rows})
+        return {**self.spec, "optimizers": optimizers, "pairs": pairs, "twin": twin}
+
+    @property
+    def failures(self) -> list[TwinRow]:
+        """Runs that did not complete (as rows: identity, termination, message)."""
+        return [r for r in self.rows if r.termination != "completed"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able dict of the result."""
+        return {
+            "study": self.study,
+            "spec": self.spec,
+            "rows": [vars(r) for r in self.rows],
+            "paired": {o: {k: vars(c) for k, c in d.items()} for o, d in self.paired.items()},
+        }
+
+
+def _verdict(store: RunStore, identity: str) -> tuple[str, str]:
+    """The verdict and explanation of a run's latest completed attempt, from its ``summary``
+    artifact checked against the store's sha256 (``("", "")`` when it recorded none).
+
+    Raises:
+        ArtifactError: the summary is missing, changed since the run wrote it, or not a twin
+            summary (the message names the file and the run).
+    """
+    attempts = [a for a in store.attempts(identity) if a.termination == "completed"]
+    for art in store.artifacts(identity):
+        if art.kind == "summary" and attempts and art.ordinal == attempts[-1].ordinal:
+            summary = verified_json(art)
+            verdict = summary.get("verdict") if isinstance(summary, dict) else None
+            explanation = summary.get("explanation") if isinstance(summary, dict) else None
+            if not isinstance(verdict, str) or not isinstance(explanation, str):
+                raise ArtifactError(
+                    f"{art.path}: summary file of run {identity[:12]} is not a twin summary "
+                    "(no verdict and explanation strings)"
+                )
+            return verdict, explanation
+    return "", ""
+
+
+def collect(store: RunStore, study: str) -> TwinsResult:
+    """The :class:`TwinsResult` of a twin study, from its stored metrics and verdicts.
+
+    A completed run whose summary file is missing or no longer matches the sha256 the store
+    recorded is not read: its row's termination and verdict become ``"unverified"`` and its
+    explanation names the file and the run (so it shows as a failure, never as a verdict from
+    a tampered file); its logged metrics, kept in the store itself, are still shown.
+
+    Raises:
+        ValueError: no such study, or it is not a twin study.
+    """
+    row = study_row(store, study)
+    if row.kind != "twins":
+        raise ValueError(f"collect: study {study!r} is a {row.kind!r} study, not a twin study")
+    base_init = row.spec["twin"]["init_seed"]
+    rows = []
+    for run in run_states(store, study):
+        if run.completed:
+            try:
+                verdict = _verdict(store, run.identity)
+            except ArtifactError as exc:
+                run = run.unverified(exc)
+        twin = run.spec["twin"]
+        out = TwinRow(twin["optimizer"], twin["init_seed"] - base_init, run.identity,
+                      run.termination, run.termination, run.message)  # fmt: skip
+        values: dict[str, dict[int, float]] = {}
+        for m in store.metrics(run.identity):
+            values.setdefault(m.name, {})[m.step] = m.value
+        out.hyper = _hyperparameters(twin)
+        final = twin["steps"]
+        for kind in twin["twins"]:
+            out.distances[kind] = values.get(f"{kind}/logit_distance", {})
+            out.qk_series[kind] = values.get(f"{kind}/qk_drift_mean", {})
+            out.qk_drift[kind] = out.qk_series[kind].get(final, math.nan)
+        for member in ("base", *twin["twins"]):
+            out.val_accuracy[member] = values.get(f"{member}/val_accuracy", {}).get(final, math.nan)
+        out.merge = {
+            n.removeprefix("merge/"): v[final + 1]
+            for n, v in values.items()
+            if n.startswith("merge/") and final + 1 in v
+        }
+        if run.completed:
+            out.verdict, out.explanation = verdict
+        rows.append(out)
+    return TwinsResult(study, row.spec, rows, _paired(rows, int(row.spec["twin"]["steps"])))
+
+
+def _hyperparameters(twin: dict[str, Any]) -> dict[str, Any]:
+    """The hyperparameters a stored run trained with (its ``hyper``, or the protocol's)."""
+    try:
+        return TwinSpec.model_validate(twin).hyperparameters()
+    except ValidationError:  # a spec of another gaugelab version: show what it stored
+        return dict(twin.get("hyper") or {})
+
+
+def _paired(rows: Sequence[TwinRow], final: int) -> dict[str, dict[str, PairedComparison]]:
+    """Seed-paired ``log10(gauge / noise)`` at step 1 and at the end, per optimizer."""
+    out: dict[str, dict[str, PairedComparison]] = {}
+    for optimizer in dict.fromkeys(r.optimizer for r in rows):
+        done = [r for r in rows if r.optimizer == optimizer and r.termination == "completed"]
+        comparisons = {}
+        for label, step in (("step 1", 1), ("final", final)):
+            gauge, noise = {}, {}
+            for r in done:
+                g = r.distances.get("gauge", {}).get(step)
+                n = r.distances.get("noise", {}).get(step)
+                if g is not None and n is not None and g > 0 and n > 0:
+                    gauge[r.pair], noise[r.pair] = math.log10(g), math.log10(n)
+            if len(gauge) >= 2:
+                comparisons[label] = paired_differences(gauge, noise)
+        if comparisons:
+            out[optimizer] = comparisons
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return "0" if x == 0 else f"{x:.2e}"
+
+
+def _steps(final: int) -> list[int]:
+    return [s for s in TABLE_STEPS if s < final] + [final]
+
+
+def distance_table(result: TwinsResult) -> rep.Table:
+    """The protocol's table: every twin's logit distance at steps 1, 10, 100 and the last."""
+    steps = _steps(result.steps)
+    columns = ["rule", "twin", *(f"step {s}" for s in steps), "QK drift", "val acc"]
+    body = [
+        [row.label, kind, *(_fmt(by_step.get(s)) for s in steps), _fmt(row.qk_drift.get(kind)),
+         f"{row.val_accuracy.get(kind, float('nan')):.3f}"]
+        for row in result.rows
+        for kind, by_step in row.distances.items()
+    ]  # fmt: skip
+    return rep.Table(
+        title="Relative logit distance of each twin to its base (validation)",
+        columns=columns,
+        rows=body,
+    )
+
+
+def merge_table(result: TwinsResult) -> rep.Table | None:
+    """Validation loss / accuracy of base, twin and the two averages (``merge`` runs only)."""
+    merged = [r for r in result.rows if r.merge]
+    if not merged:
+        return None
+    models = ("base", "twin", "aligned", "unaligned")
+    body = [
+        [row.label, kind, *(
+            f"{row.merge.get(f'{kind}/{m}/val_loss', float('nan')):.3f} / "
+            f"{row.merge.get(f'{kind}/{m}/val_accuracy', float('nan')):.3f}" for m in models)]
+        for row in merged
+        for kind in row.distances
+    ]  # fmt: skip
+    return rep.Table(
+        title="Merging each twin into its base: validation loss / accuracy",
+        columns=["rule", "twin", "base", "twin model", "aligned", "unaligned"],
+        rows=body,
+        caption="aligned: the twin rotated head by head onto the base (orthogonal Procrustes "
+        "on (W_Q, W_K) and (W_V, W_O)) before averaging; unaligned: averaged as is.",
+    )
+
+
+def paired_table(result: TwinsResult) -> rep.Table | None:
+    """Per optimizer, the pair-paired ``log10(gauge twin / noise twin)`` at step 1 and the end,
+    with its bootstrap interval (two or more pairs)."""
+    if not result.paired:
+        return None
+    body = [
+        [optimizer, when, *paired_cells(comparison)]
+        for optimizer, by_step in result.paired.items()
+        for when, comparison in by_step.items()
+    ]
+    return rep.Table(
+        title="log10(gauge twin / noise twin), paired by init × gauge draw",
+        columns=["rule", "at", *paired_columns()],
+        rows=body,
+        caption="2 or more means the gauge twin is 100× its noise twin or more; ≈ 0 means the "
+        "two twins agree (equivariant).",
+    )
+
+
+def tables(result: TwinsResult) -> list[rep.Table]:
+    """The distance table, then the paired and merge tables when they apply."""
+    optional = (paired_table(result), merge_table(result))
+    return [distance_table(result), *(t for t in optional if t is not None)]
+
+
+def verdict_lines(result: TwinsResult) -> list[str]:
+    """``<rule>: <verdict> — <explanation>`` for every run."""
+    return [f"{row.label}: {row.verdict} — {row.explanation}" for row in result.rows]
+
+
+def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:
+    """Write the twin study's HTML report into ``out_dir``: the verdicts, the tables, one figure
+    per metric (a panel per optimizer, one colour per optimizer throughout), the failures, and
+    the study's spec listing every optimizer (:meth:`TwinsResult.study_spec`).
+
+    Raises:
+        FileExistsError: ``out_dir`` already holds a report or figures.
+    """
+    folder = Path(out_dir)
+    measured = any(s >= 1 for r in result.rows for k, d in r.distances.items()
+                   if k != "identity" for s in d)  # fmt: skip
+    colors = optimizer_colors(result.rows)
+    figures = [
+        rep.save_figure(twin_panels(result.rows, metric, colors=colors), folder, name,
+                        caption=caption)
+        for metric, name, caption in (
+            ("logit_distance", "logit_distance", "Each twin's relative logit distance to its "
+             "base, a panel per optimizer: gauge twin solid, noise twin dashed, dotted the "
+             "noise floor (the noise twin at step 1). Identity twins are exactly 0 (not drawn)."),
+            ("qk_drift", "qk_drift", "Each twin's QK drift (relative distance of W_Q[h] W_K[h]ᵀ, "
+             "mean over layer × head), styled as above."),
+        )
+    ] if measured else []  # fmt: skip
+    return rep.write_report(
+        rep.StudyReport(
+            name=result.study,
+            spec=result.study_spec(),
+            runs=[rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
+                                 {"verdict": r.verdict}) for r in result.rows],
+            tables=tables(result),
+            figures=figures,
+            failures=[rep.Failure(r.identity, r.termination, r.explanation)
+                      for r in result.failures],
+            notes=verdict_lines(result),
+        ),
+        folder,
+    )  # fmt: skip

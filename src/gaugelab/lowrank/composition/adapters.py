@@ -1,0 +1,216 @@
+"""Static composition of PEFT adapters, written as a PEFT adapter (private; re-exported by
+``gaugelab.lowrank.composition.ledger``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from gaugelab.adapters import Adapter, AdapterConfig, AdapterModule
+from gaugelab.models.lora import FactorRecord
+
+__all__ = ["COMPOSITION_FILE", "METHODS", "ComposedAdapter", "ModuleLedger", "compose_adapters"]
+
+METHODS: tuple[str, ...] = ("cat", "svd")
+"""``cat``: concatenated factors, exact, width ``Σ r_j``; ``svd``: the composition's best
+rank-``k`` approximation (its residual reported)."""
+COMPOSITION_FILE = "gaugelab_composition.json"
+"""The ledger written beside the PEFT files (PEFT ignores it)."""
+
+
+@dataclass(frozen=True)
+class PairRow:
+    """Two sources' updates in one module: novelty (overlaps) and interference."""
+
+    first: int
+    second: int
+    row_overlap: float
+    column_overlap: float
+    cross_term: float
+    cosine: float
+
+
+@dataclass(frozen=True)
+class ModuleLedger:
+    """The rank ledger and interference of one module's composition.
+
+    Attributes:
+        module: the module path; sources: indices of the adapters that adapt it.
+        ranks, scales, coefficients: ``r_j``, ``s_j`` (each source's own ``(α, r, rsLoRA)``),
+            ``λ_j``.
+        rank_b_cat, rank_a_cat, rank_bound, measured_rank: as
+            :class:`~gaugelab.lowrank.composition.ledger.StaticComposition`.
+        max_abs_difference: ``B_cat A_cat`` against the dense sum.
+        written_rank: the rank of the written module (``Σ r_j``, or ``k`` for ``svd``).
+        relative_residual: ``‖ΔW − ΔW_k‖_F² / ‖ΔW‖_F²`` for ``svd`` (0.0 for ``cat``).
+        pairs: one :class:`PairRow` per pair of sources.
+    """
+
+    module: str
+    sources: tuple[int, ...]
+    ranks: tuple[int, ...]
+    scales: tuple[float, ...]
+    coefficients: tuple[float, ...]
+    rank_b_cat: int
+    rank_a_cat: int
+    rank_bound: int
+    measured_rank: int
+    max_abs_difference: float | None
+    written_rank: int
+    relative_residual: float
+    pairs: tuple[PairRow, ...] = field(default_factory=tuple)
+
+
+@dataclass
+class ComposedAdapter:
+    """A composed adapter (PEFT format) and its per-module ledger.
+
+    Attributes:
+        adapter: the :class:`~gaugelab.adapters.Adapter`; every module has ``s = 1``
+            (``lora_alpha = r``, plain scale), its down factor carrying ``λ_j s_j``.
+        ledger: one :class:`ModuleLedger` per module, in the adapters' module order.
+        method, rank, weights: how it was composed.
+    """
+
+    adapter: Adapter
+    ledger: list[ModuleLedger]
+    method: str
+    rank: int | None
+    weights: tuple[float, ...]
+
+    def to_dict(self) -> dict:
+        """The ledger as JSON-ready values."""
+        return {"method": self.method, "rank": self.rank, "weights": list(self.weights),
+                "modules": [asdict(m) for m in self.ledger]}  # fmt: skip
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write the PEFT files and :data:`COMPOSITION_FILE` into ``directory``.
+
+        Raises:
+            FileExistsError: ``directory`` already holds an adapter (never overwritten).
+        """
+        folder = self.adapter.save(directory)
+        with open(Path(folder) / COMPOSITION_FILE, "x", encoding="utf-8") as handle:
+            json.dump(self.to_dict(), handle, indent=1, ensure_ascii=False, allow_nan=True)
+        return Path(folder)
+
+
+def _record(module: str, B: torch.Tensor, A: torch.Tensor) -> FactorRecord:
+    r = A.shape[0]
+    return FactorRecord(
+        module=module, d_in=A.shape[1], d_out=B.shape[0], r=r, alpha=float(r), use_rslora=False,
+        scale=1.0, init="given", zero_factor="none", down_distribution="given",
+        down_variance=None, up_distribution="given", up_variance=None, seed=None,
+        dtype=str(A.dtype).split(".")[-1],
+    )  # fmt: skip
+
+
+def compose_adapters(
+    adapters: Sequence[Adapter],
+    weights: Sequence[float] | None = None,
+    *,
+    method: str = "cat",
+    rank: int | None = None,
+    rtol: float | None = None,
+    allow_different_bases: bool = False,
+) -> ComposedAdapter:
+    """Compose adapters ``Σ_j λ_j s_j B_j A_j`` module by module (union of their modules).
+
+    Each source's scale ``s_j`` comes from its own ``(α, r_j, rsLoRA)`` (the module's factor
+    record), so composing rsLoRA adapters keeps their scales; the result is written with
+    ``s = 1`` and ``λ_j s_j`` folded into the down factor. A module adapted by only some
+    sources composes those.
+
+    Args:
+        adapters: ``J ≥ 1`` :class:`~gaugelab.adapters.Adapter` of one base model.
+        weights: ``λ_j`` (default all 1).
+        method: ``cat`` (exact) or ``svd`` (rank ``rank``, with the residual).
+        rank: ``k ≥ 1`` for ``svd`` (capped per module at its composition's width).
+        rtol: numerical-rank tolerance of the ledger (default as ``compose_static``).
+        allow_different_bases: compose adapters whose ``base_model_name_or_path`` differ
+            (off: such a sum is not meaningful in one coordinate system, §0x05A).
+
+    Returns:
+        :class:`ComposedAdapter`.
+
+    Raises:
+        ValueError: no adapters, weights of another length, an unknown method, ``svd``
+            without a rank ≥ 1 (or ``cat`` with one), ``fan_in_fan_out`` adapters, different
+            base models (unless allowed), a module of different shapes or dtypes across
+            sources.
+
+    Source:
+        seed 003 §0x05A–§0x05D, §0x05G; PEFT's adapter format.
+    """
+    from gaugelab.lowrank.composition.ledger import compose_static, compress, interference
+
+    func = "compose_adapters"
+    if not adapters:
+        raise ValueError(f"{func}: adapters is empty; allowed: at least one Adapter")
+    weights = tuple(1.0 for _ in adapters) if weights is None else tuple(weights)
+    if len(weights) != len(adapters):
+        raise ValueError(f"{func}: {len(weights)} weights for {len(adapters)} adapters")
+    if method not in METHODS:
+        raise ValueError(f"{func}: method={method!r}; allowed: {', '.join(METHODS)}")
+    if method == "svd" and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 1):
+        raise ValueError(f"{func}: method='svd' needs rank >= 1, got rank={rank!r}")
+    if method == "cat" and rank is not None:
+        raise ValueError(f"{func}: rank={rank} is for method='svd'; 'cat' keeps Σ r_j")
+    if any(a.config.fan_in_fan_out for a in adapters):
+        raise ValueError(
+            f"{func}: fan_in_fan_out adapters are not composed; allowed: [d_out, d_in]"
+        )
+    bases = {a.config.base_model_name_or_path for a in adapters}
+    if len(bases) > 1 and not allow_different_bases:
+        raise ValueError(
+            f"{func}: the adapters name different base models {sorted(map(str, bases))}; a sum "
+            "of updates of different bases is not one operator (allow_different_bases=True to "
+            "compose anyway)"
+        )
+    modules = list(dict.fromkeys(m for a in adapters for m in a.modules))
+    out: dict[str, AdapterModule] = {}
+    ledger = []
+    for module in modules:
+        idx = tuple(j for j, a in enumerate(adapters) if module in a.modules)
+        parts = [adapters[j].modules[module] for j in idx]
+        if len({(p.B.shape[0], p.A.shape[1], p.A.dtype) for p in parts}) > 1:
+            raise ValueError(f"{func}: module {module!r} has different shapes or dtypes")
+        lam = [float(weights[j]) for j in idx]
+        comp = compose_static([(p.B, p.A, p.scale) for p in parts], lam, rtol=rtol)
+        B, A, residual = comp.B, comp.A, 0.0
+        if method == "svd":
+            small = compress(comp, min(rank, comp.B.shape[1]))  # type: ignore[type-var]
+            B, A, residual = small.B, small.A, small.relative_residual
+        pairs = []
+        for a, b in itertools.combinations(range(len(idx)), 2):
+            ia = interference((parts[a].B, parts[a].A, lam[a] * parts[a].scale),
+                              (parts[b].B, parts[b].A, lam[b] * parts[b].scale))  # fmt: skip
+            pairs.append(PairRow(idx[a], idx[b], float(ia.row.min_rank_overlap),
+                                 float(ia.column.min_rank_overlap), ia.cross_term,
+                                 ia.cosine))  # fmt: skip
+        out[module] = AdapterModule(A.contiguous(), B.contiguous(), _record(module, B, A))
+        ledger.append(ModuleLedger(
+            module, idx, comp.ranks, comp.scales, comp.coefficients, comp.rank_b_cat,
+            comp.rank_a_cat, comp.rank_bound, comp.measured_rank, comp.max_abs_difference,
+            A.shape[0], residual, tuple(pairs),
+        ))  # fmt: skip
+    r = Counter(m.A.shape[0] for m in out.values()).most_common(1)[0][0]
+    exact = {p: "^" + re.escape(p) for p in out}
+    config = AdapterConfig(
+        r=r, lora_alpha=float(r), target_modules=tuple(out),
+        rank_pattern={exact[p]: m.r for p, m in out.items() if m.r != r},
+        alpha_pattern={exact[p]: float(m.r) for p, m in out.items() if m.r != r},
+        base_model_name_or_path=next(iter(bases)) if len(bases) == 1 else None,
+        extra={"bias": "none", "inference_mode": True, "init_lora_weights": True,
+               "lora_bias": False, "modules_to_save": None, "task_type": None,
+               "use_dora": False},
+    )  # fmt: skip
+    return ComposedAdapter(Adapter(out, config), ledger, method, rank, weights)

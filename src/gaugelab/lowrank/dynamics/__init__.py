@@ -1,0 +1,72 @@
+"""Factor dynamics of LoRA training: gradients, product motion, the scalar gauge, diagnostics (seed
+003 §0x07–0x08).
+
+* ``diagnostics`` — Per-step factor diagnostics of LoRA training, and factor rebalancing with its
+  state policy.
+* ``gauge`` — The scalar factor gauge, Adam's first step, factor decay, rank scaling and dtype
+  range.
+* ``motion`` — Factor dynamics of one LoRA update ``Δ = s·B A``: gradients, product motion, the
+  scalar gauge.
+* ``rank_scaling`` — Rank scaling of the initial product velocity (seed 003 §0x08F–0x08G): the
+  exponent ``1 − 2p − q``, the coefficient ``s² r σ_A²`` and the exact rank ledger.
+* ``rebalance`` — Rebalancing LoRA factors, ``(B, A) ↦ (B G, G⁻¹ A)``, with the optimizer state
+  moved or reset.
+
+The public names of ``motion`` are re-exported here.
+"""
+
+from gaugelab.lowrank.dynamics.motion import (
+    MECHANISMS,
+    AdamStep,
+    Matrix,
+    RankLedgerRow,
+    Representability,
+    SgdStep,
+    ZeroProductStart,
+    adam_first_step,
+    balancing_gauge,
+    classify_zero_product,
+    compensated_rates,
+    factor_gradients,
+    factor_penalty,
+    finite_step_cross_term,
+    gauge_is_representable,
+    initial_velocity_coefficient,
+    latent_balance,
+    product_penalty,
+    product_velocity,
+    product_velocity_terms,
+    rank_ledger,
+    rank_scaling_exponent,
+    rank_stable_scale_exponent,
+    scalar_gauge,
+    sgd_step,
+)
+
+__all__ = [
+    "MECHANISMS",
+    "AdamStep",
+    "Matrix",
+    "RankLedgerRow",
+    "Representability",
+    "SgdStep",
+    "ZeroProductStart",
+    "adam_first_step",
+    "balancing_gauge",
+    "classify_zero_product",
+    "compensated_rates",
+    "factor_gradients",
+    "factor_penalty",
+    "finite_step_cross_term",
+    "gauge_is_representable",
+    "initial_velocity_coefficient",
+    "latent_balance",
+    "product_penalty",
+    "product_velocity",
+    "product_velocity_terms",
+    "rank_ledger",
+    "rank_scaling_exponent",
+    "rank_stable_scale_exponent",
+    "scalar_gauge",
+    "sgd_step",
+]

@@ -1,0 +1,260 @@
+"""Per-step factor diagnostics of LoRA training, and factor rebalancing with its state policy.
+
+:class:`FactorDiagnostics` is seed 003's *minimum diagnostic record* (§0x08L) of one adapted
+module at one step: step and tokens, the loss and how it was measured, the factor norms
+``‖A‖_F``, ``‖B‖_F`` and the update norm ``‖s B A‖_F``, the gradient norms, the change of the
+update ``‖Δ_{t+1} − Δ_t‖_F``, the singular values and numerical rank of ``Δ``, the
+factor-specific learning rates and factor step norms, summaries of the optimizer moments, and
+the overflow / clipping / skipped-step counters. :func:`factor_diagnostics` builds it from the
+factors of one step and the previous one; :meth:`FactorDiagnostics.metrics` flattens it for a
+run store's log.
+
+:func:`rebalance_factors` re-expresses ``(B, A)`` as ``(B G, G⁻¹ A)`` (the product is
+preserved at transform time, §0x08J) and either moves the optimizer's state with
+:func:`gaugelab.gauge.transform_state` or resets it, and says which in a :class:`Rebalance`
+record: optimizer moments must be transformed or reset (§0x08J), and a rebalance is part of the
+factor history a reproducible checkpoint keeps (§0x08K).
+
+Layout: PEFT, ``A [r, d_in]``, ``B [d_out, r]``, ``Δ = s·B A`` (DESIGN.md).
+
+Source: seed 003 §0x08J (periodic rebalancing: moments transformed or reset), §0x08K (the
+rebalance history), §0x08L (the minimum diagnostic record; post-transform finite checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from gaugelab.lowrank.dynamics.rebalance import STATE_POLICIES, Rebalance, rebalance_factors
+from gaugelab.lowrank.spectra.ranks import numerical_rank, spectrum
+
+__all__ = [
+    "STATE_POLICIES",
+    "FactorDiagnostics",
+    "Rebalance",
+    "factor_diagnostics",
+    "rebalance_factors",
+]
+
+
+@dataclass(frozen=True)
+class FactorDiagnostics:
+    """The minimum diagnostic record of one LoRA module at one step (seed 003 §0x08L).
+
+    Attributes:
+        step: updates applied so far (the factors are those after update ``step``).
+        tokens: tokens processed so far (``step × batch × block`` for a fixed batch).
+        loss: the loss at this step (nats); eval_protocol: how it was measured.
+        norm_A, norm_B: ``‖A‖_F``, ``‖B‖_F``; norm_update: ``‖s B A‖_F``.
+        grad_norm_A, grad_norm_B: ``‖∇_A‖_F``, ``‖∇_B‖_F`` of the gradients the step used
+            (``None`` when not given).
+        update_change: ``‖Δ_t − Δ_{t−1}‖_F`` against the previous factors (``None`` at the
+            first record).
+        singular_values: the ``min(d_out, d_in, r)`` singular values of ``Δ``, non-increasing.
+        numerical_rank: ``#{σ_i > rtol·σ_1}`` with ``rank_rtol`` (default ``max(d_out, d_in)
+            · eps`` of the factors' dtype, :func:`gaugelab.lowrank.numerical_rank`).
+        rank_rtol: that relative tolerance.
+        lr_A, lr_B: the factor-specific learning rates of the step.
+        step_norm_A, step_norm_B: ``‖A_t − A_{t−1}‖_F``, ``‖B_t − B_{t−1}‖_F`` (``None`` at
+            the first record).
+        moments: optimizer-state summaries, ``"<A|B>/<state key>"`` → the entry's Frobenius
+            norm (float tensors only: moments, accumulators; step counters are left out).
+        overflow, clipped, skipped: the step's overflow, clipping and skipped-step counters.
+
+    Every float is a Python float computed in float64 from the stored factors.
+    """
+
+    step: int
+    tokens: int
+    loss: float
+    eval_protocol: str
+    norm_A: float
+    norm_B: float
+    norm_update: float
+    grad_norm_A: float | None
+    grad_norm_B: float | None
+    update_change: float | None
+    singular_values: tuple[float, ...]
+    numerical_rank: int
+    rank_rtol: float
+    lr_A: float
+    lr_B: float
+    step_norm_A: float | None
+    step_norm_B: float | None
+    moments: dict[str, float] = field(default_factory=dict)
+    overflow: int = 0
+    clipped: int = 0
+    skipped: int = 0
+
+    def to_dict(self) -> dict:
+        """Every field, JSON-serialisable."""
+        return asdict(self)
+
+    def metrics(self, prefix: str = "") -> dict[str, float]:
+        """The record as flat ``name → float`` metrics for a run store's log (``None``
+        fields are left out; singular values as ``sigma/<i>``, moments as ``moment/<key>``).
+
+        Args:
+            prefix: prepended to every name, e.g. ``"diag/blocks.0.attn.q_proj/seed=0/"``.
+        """
+        out: dict[str, float] = {}
+        scalars = (
+            "tokens",
+            "loss",
+            "norm_A",
+            "norm_B",
+            "norm_update",
+            "grad_norm_A",
+            "grad_norm_B",
+            "update_change",
+            "numerical_rank",
+            "lr_A",
+            "lr_B",
+            "step_norm_A",
+            "step_norm_B",
+            "overflow",
+            "clipped",
+            "skipped",
+        )
+        for name in scalars:
+            value = getattr(self, name)
+            if value is not None:
+                out[prefix + name] = float(value)
+        for i, s in enumerate(self.singular_values):
+            out[f"{prefix}sigma/{i}"] = s
+        for key, value in self.moments.items():
+            out[f"{prefix}moment/{key}"] = value
+        return out
+
+
+def _fro(x: torch.Tensor | None) -> float | None:
+    return None if x is None else float(torch.linalg.vector_norm(x.detach().double()))
+
+
+def _check_factors(A: object, B: object, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if not (isinstance(A, torch.Tensor) and isinstance(B, torch.Tensor)):
+        raise TypeError(
+            f"{where}: A and B must be tensors; got {type(A).__name__}, {type(B).__name__}"
+        )
+    if A.dim() != 2 or B.dim() != 2 or B.shape[1] != A.shape[0]:
+        raise ValueError(
+            f"{where}: A {tuple(A.shape)} and B {tuple(B.shape)}; allowed: A [r, d_in], "
+            f"B [d_out, r] with the same r (PEFT layout)"
+        )
+    for name, t in (("A", A), ("B", B)):
+        if not t.is_floating_point() or not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{where}: {name} must be finite floating point")
+    return A.detach(), B.detach()
+
+
+def factor_diagnostics(
+    *,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    scale: float,
+    step: int,
+    tokens: int,
+    loss: float,
+    lr_A: float,
+    lr_B: float,
+    grad_A: torch.Tensor | None = None,
+    grad_B: torch.Tensor | None = None,
+    previous: tuple[torch.Tensor, torch.Tensor] | None = None,
+    state_A: Mapping[str, object] | None = None,
+    state_B: Mapping[str, object] | None = None,
+    overflow: int = 0,
+    clipped: int = 0,
+    skipped: int = 0,
+    eval_protocol: str = "training minibatch, mean cross-entropy",
+    rank_rtol: float | None = None,
+) -> FactorDiagnostics:
+    """The §0x08L record of one module after one step.
+
+    Args:
+        A: ``[r, d_in]`` down factor; B: ``[d_out, r]`` up factor (after the step).
+        scale: the LoRA scale ``s`` (``α/r`` or ``α/√r``).
+        step, tokens: updates applied and tokens processed so far (integers ≥ 0).
+        loss: the step's loss (finite); lr_A, lr_B: the step's factor learning rates.
+        grad_A, grad_B: the gradients the step used (shapes of ``A``, ``B``), or ``None``.
+        previous: ``(A, B)`` before the step, or ``None`` for the first record.
+        state_A, state_B: the optimizer's state of each factor (``optimizer.state[p]``);
+            every floating tensor entry is summarised by its Frobenius norm.
+        overflow, clipped, skipped: counters of the step (integers ≥ 0).
+        eval_protocol: how ``loss`` was measured, in words.
+        rank_rtol: relative tolerance of the numerical rank (default ``max(d_out, d_in) ·
+            eps(A.dtype)``).
+
+    Returns:
+        The :class:`FactorDiagnostics` (floats computed in float64).
+
+    Raises:
+        TypeError: a factor is not a tensor.
+        ValueError: factors not in the PEFT layout or not finite, a gradient or previous
+            factor of another shape, a non-finite loss, negative step/tokens/counters.
+
+    Source: seed 003 §0x08L (the minimum diagnostic record).
+    """
+    where = "factor_diagnostics"
+    A, B = _check_factors(A, B, where)
+    for name, value in (
+        ("step", step),
+        ("tokens", tokens),
+        ("overflow", overflow),
+        ("clipped", clipped),
+        ("skipped", skipped),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{where}: {name}={value!r}; allowed: an integer >= 0")
+    if not torch.isfinite(torch.tensor(float(loss))):
+        raise ValueError(f"{where}: loss={loss!r}; allowed: a finite number")
+    for name, g, like in (("grad_A", grad_A, A), ("grad_B", grad_B, B)):
+        if g is not None and tuple(g.shape) != tuple(like.shape):
+            raise ValueError(
+                f"{where}: {name} has shape {tuple(g.shape)}; allowed: {tuple(like.shape)}"
+            )
+    A64, B64 = A.double(), B.double()
+    delta = float(scale) * (B64 @ A64)  # [d_out, d_in]
+    update_change = step_A = step_B = None
+    if previous is not None:
+        A0, B0 = _check_factors(*previous, f"{where} (previous)")
+        if A0.shape != A.shape or B0.shape != B.shape:
+            raise ValueError(
+                f"{where}: previous factors {tuple(A0.shape)}, {tuple(B0.shape)}; "
+                f"allowed: {tuple(A.shape)}, {tuple(B.shape)}"
+            )
+        before = float(scale) * (B0.double() @ A0.double())
+        update_change = _fro(delta - before)
+        step_A, step_B = _fro(A64 - A0.double()), _fro(B64 - B0.double())
+    sp = spectrum((B64, A64, float(scale)), matrix_id="delta", computed_in=A.dtype)
+    rank = numerical_rank(sp, rtol=rank_rtol)
+    moments: dict[str, float] = {}
+    for factor, state in (("A", state_A), ("B", state_B)):
+        for key, value in (state or {}).items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dim():
+                moments[f"{factor}/{key}"] = float(_fro(value))
+    return FactorDiagnostics(
+        step=step,
+        tokens=tokens,
+        loss=float(loss),
+        eval_protocol=eval_protocol,
+        norm_A=_fro(A64),
+        norm_B=_fro(B64),
+        norm_update=_fro(delta),
+        grad_norm_A=_fro(grad_A),
+        grad_norm_B=_fro(grad_B),
+        update_change=update_change,
+        singular_values=tuple(float(s) for s in sp.sigma),
+        numerical_rank=int(rank.value),
+        rank_rtol=float(rank.parameters["rtol"]),
+        lr_A=float(lr_A),
+        lr_B=float(lr_B),
+        step_norm_A=step_A,
+        step_norm_B=step_B,
+        moments=moments,
+        overflow=overflow,
+        clipped=clipped,
+        skipped=skipped,
+    )

@@ -1,0 +1,389 @@
+"""The d90 grid estimate: thresholds, seed aggregation, crossing, bracket and censoring.
+
+``d̂90^G = min{d ∈ G : A_s[max_h S(d, s, h)] ≥ target}`` — the first passing *tested* value of
+the grid, never the exact minimum. ``max_h`` is the declared selection rule (the trial with the
+best *selection-split* score; its *evaluation* score is ``S``), ``A_s`` the declared seed
+aggregator (median by default), and the target either the historical ``0.9 · S_full`` (a ratio
+that only a non-negative, higher-is-better score supports; anything else needs a
+:class:`QualityTransform`) or the normalized-gain alternative ``S_base + τ (S_full − S_base)``.
+Scores are never smoothed by a cumulative maximum; every raw trial record (failed ones too) is
+kept in the result.
+
+Source: seed 003 §0x02F (the estimate and thresholds), §0x02G (crossing, bracket, censoring,
+non-monotonicity), §0x02J (the pseudocode), §0x02K (the result's envelope).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gaugelab.lowrank.intrinsic.thresholds import (
+    ACCURACY,
+    QualityTransform,
+    ThresholdRule,
+    historical_threshold,
+    normalized_gain,
+    normalized_gain_threshold,
+)
+
+__all__ = [
+    "AGGREGATORS",
+    "BOUNDARY_STATES",
+    "NON_IMPLICATIONS",
+    "DimensionSummary",
+    "GridCrossing",
+    "IntrinsicDimensionEstimate",
+    "QualityTransform",
+    "ThresholdRule",
+    "TrialRecord",
+    "classify_grid_crossing",
+    "estimate_from_records",
+    "historical_threshold",
+    "normalized_gain",
+    "normalized_gain_threshold",
+]
+
+AGGREGATORS: dict[str, Callable[[Sequence[float]], float]] = {
+    "median": statistics.median,
+    "mean": statistics.fmean,
+    "min": min,
+}
+"""Declared seed aggregators ``A_s`` by name."""
+
+BOUNDARY_STATES = ("crossed", "left-censored", "right-censored", "unresolved")
+"""§0x02G: crossed within the grid; the first measured ``d`` already passes (report
+``d90 <= d_min``); no measured ``d`` passes (report ``> d_max / unresolved``); and
+``unresolved`` — no ``d`` of the grid was measured at all (every trial failed), so there is
+nothing to classify. A ``d`` without a scored seed is *unmeasured*: it is never a bracket end
+nor a crossing or censoring witness."""
+
+NON_IMPLICATIONS = (
+    "that every random subspace of dimension d succeeds",
+    "that the exact minimum lies at the first passing grid value",
+    "that another projection family has the same coordinate geometry",
+    "that a per-layer update has matrix rank d",
+    "that a LoRA adapter with rank d is equivalent",
+    "that lower protocol dimension causes better generalization",
+    "that source-reported model-size trends extrapolate universally",
+)
+"""§0x02K: what a d90 estimate does not establish."""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One stored trial ``(d, seed, hyperparameters)``, append-only.
+
+    Attributes:
+        d: the coordinate budget (SAID: the total, scales included).
+        seed: the projection/training seed.
+        hyperparameters: the trial's hyperparameters (e.g. ``{"lr": 0.01}``).
+        status: ``completed``, ``degenerate`` (SAID ``d = m``: no update; scored untrained) or
+            a failure class (kept, never selected).
+        selection_score, score: the metric on the selection and evaluation splits (``None``
+            unless scored).
+        identity: the run's identity in the store; projection: the projection's identity.
+        message: why it failed, if it did.
+    """
+
+    d: int
+    seed: int
+    hyperparameters: Mapping[str, Any]
+    status: str
+    selection_score: float | None = None
+    score: float | None = None
+    identity: str = ""
+    projection: Mapping[str, Any] | None = None
+    message: str = ""
+
+    @property
+    def scored(self) -> bool:
+        """Completed (or degenerate) with finite scores."""
+        return (
+            self.status in ("completed", "degenerate")
+            and self.score is not None
+            and self.selection_score is not None
+            and math.isfinite(self.score)
+            and math.isfinite(self.selection_score)
+        )
+
+
+@dataclass
+class DimensionSummary:
+    """One grid value: the selected trial per seed and their aggregate.
+
+    Attributes:
+        d: the budget; seed_scores: seed → the selected trial's quality; selected: seed →
+            its hyperparameters; failed_seeds: seeds without any scored trial (kept out of
+            the aggregate, listed); aggregate: ``A_s`` of ``seed_scores`` (``None`` if none);
+            passes: ``aggregate >= target``; degenerate: every trial was a no-update budget.
+    """
+
+    d: int
+    seed_scores: dict[int, float] = field(default_factory=dict)
+    selected: dict[int, dict[str, Any]] = field(default_factory=dict)
+    failed_seeds: list[int] = field(default_factory=list)
+    aggregate: float | None = None
+    passes: bool = False
+    degenerate: bool = False
+
+    @property
+    def measured(self) -> bool:
+        """At least one seed was scored (a ``d`` without one is unmeasured, not failing)."""
+        return self.aggregate is not None
+
+
+@dataclass(frozen=True)
+class GridCrossing:
+    """Where the aggregate first reaches the target on the tested grid.
+
+    Attributes:
+        state: one of :data:`BOUNDARY_STATES`.
+        estimate: the first passing tested ``d`` when crossed, else ``None`` (never ``d_min``
+            or ``d_max`` standing in for a censored estimate).
+        bracket: ``(previous tested d, first passing d]`` when crossed, else ``None``.
+        statement: how to report it: ``d90 = 6 on the grid, bracket (4, 6]``, ``d90 <= 4
+            (left-censored)``, ``d90 > 8 / unresolved (right-censored)``.
+        failing_after: measured ``d`` above the estimate whose aggregate fails again
+            (non-monotone scores, kept as measured).
+        unmeasured: tested ``d`` with no scored seed (every trial failed): left out of the
+            classification, named in the statement when they bear on it.
+    """
+
+    state: str
+    estimate: int | None
+    bracket: tuple[int, int] | None
+    statement: str
+    failing_after: tuple[int, ...] = ()
+    unmeasured: tuple[int, ...] = ()
+
+
+def classify_grid_crossing(
+    scores: Sequence[tuple[int, float | None]] | Sequence[DimensionSummary], target: float
+) -> GridCrossing:
+    """Classify the grid's boundary state from the aggregated score per tested ``d``.
+
+    Only *measured* ``d`` (a finite aggregate) take part: a ``d`` whose aggregate is ``None``
+    or non-finite (no seed survived) is unmeasured — it neither passes nor fails, is never a
+    bracket end, and never witnesses a crossing or censoring. The bracket's lower end is the
+    last measured ``d`` below the first passing one; the statement names the unmeasured ``d``
+    that lie inside the bracket, below a left-censored pass or above a right-censored grid.
+
+    Args:
+        scores: ``(d, aggregate)`` pairs or :class:`DimensionSummary` (any order; ``None``
+            aggregate: nothing scored, unmeasured).
+        target: the threshold on the quality scale.
+
+    Returns:
+        The :class:`GridCrossing`; the first passing measured ``d`` is the estimate, with no
+        cumulative maximum taken over the scores; state ``unresolved`` when no ``d`` was
+        measured.
+
+    Raises:
+        ValueError: an empty grid, repeated ``d``, or a non-finite target.
+
+    Source: seed 003 §0x02G.
+    """
+    pairs = [
+        (s.d, s.aggregate) if isinstance(s, DimensionSummary) else (int(s[0]), s[1]) for s in scores
+    ]
+    if not pairs:
+        raise ValueError("classify_grid_crossing: scores is empty; allowed: at least one d")
+    dims = [d for d, _ in pairs]
+    if len(set(dims)) != len(dims):
+        raise ValueError(f"classify_grid_crossing: repeated d in {dims}")
+    if not math.isfinite(target):
+        raise ValueError(f"classify_grid_crossing: target={target}; allowed: a finite number")
+    pairs.sort()
+    measured = [(d, a) for d, a in pairs if a is not None and math.isfinite(a)]
+    unmeasured = tuple(d for d, a in pairs if a is None or not math.isfinite(a))
+
+    def note(ds: Sequence[int]) -> str:
+        return f"; unmeasured d = {', '.join(map(str, ds))} (no seed survived)" if ds else ""
+
+    if not measured:
+        return GridCrossing(
+            "unresolved",
+            None,
+            None,
+            f"d90 unresolved (no tested d was measured: no seed survived at d = "
+            f"{', '.join(map(str, unmeasured))})",
+            unmeasured=unmeasured,
+        )
+    passing = [a >= target for _, a in measured]
+    if not any(passing):
+        d_max = measured[-1][0]
+        return GridCrossing(
+            "right-censored",
+            None,
+            None,
+            f"d90 > {d_max} / unresolved (right-censored: no measured d passes"
+            f"{note([d for d in unmeasured if d > d_max])})",
+            unmeasured=unmeasured,
+        )
+    first = passing.index(True)
+    after = tuple(d for (d, _), ok in zip(measured[first:], passing[first:], strict=True) if not ok)
+    if first == 0:
+        d_min = measured[0][0]
+        return GridCrossing(
+            "left-censored",
+            None,
+            None,
+            f"d90 <= {d_min} (left-censored: the first measured d passes"
+            f"{note([d for d in unmeasured if d < d_min])})",
+            after,
+            unmeasured,
+        )
+    lo, hi = measured[first - 1][0], measured[first][0]
+    return GridCrossing(
+        "crossed",
+        hi,
+        (lo, hi),
+        f"d90 = {hi} on the tested grid, bracket ({lo}, {hi}]"
+        f"{note([d for d in unmeasured if lo < d < hi])}",
+        after,
+        unmeasured,
+    )
+
+
+@dataclass
+class IntrinsicDimensionEstimate:
+    """The d90 result with its whole envelope (seed 003 §0x02K).
+
+    Attributes:
+        method: ``DID`` or ``SAID``; grid: the tested ``d``; seeds: the projection seeds.
+        crossing: the :class:`GridCrossing` (state, estimate, bracket, statement).
+        summaries: one :class:`DimensionSummary` per tested ``d``.
+        records: every raw trial (failed ones too), as stored.
+        full_score, base_score: the references (metric units); target: the threshold on the
+            quality scale; threshold: the rule's description; metric: the
+            :class:`QualityTransform`'s description.
+        aggregator: the seed aggregator's name; selection: the selection rule.
+        budget: the optimizer and search budget (optimizer, steps, batch, hyperparameters).
+        projections: the family and normalization (and the identity of each trial's map).
+        ledger: what ``d`` counts (SAID scales; a head inside ``d`` or disclosed).
+        meaning: what the estimate is; non_implications: what it does not establish.
+    """
+
+    method: str
+    grid: list[int]
+    seeds: list[int]
+    crossing: GridCrossing
+    summaries: list[DimensionSummary]
+    records: list[TrialRecord]
+    full_score: float
+    base_score: float | None
+    target: float
+    threshold: str
+    metric: dict[str, Any]
+    aggregator: str
+    selection: str
+    budget: dict[str, Any] = field(default_factory=dict)
+    projections: dict[str, Any] = field(default_factory=dict)
+    ledger: dict[str, Any] = field(default_factory=dict)
+    meaning: str = (
+        "an empirical upper-bound estimate under the sampled subspaces and training "
+        "procedure: failure at d does not prove that no useful d-dimensional "
+        "subspace exists"
+    )
+    non_implications: tuple[str, ...] = NON_IMPLICATIONS
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able (tuples as lists)."""
+        return asdict(self)
+
+
+SELECTION = (
+    "per (d, seed): the completed trial with the highest selection-split score "
+    "(ties: the first in the declared hyperparameter order); its evaluation-split "
+    "score is S(d, s)"
+)
+
+
+def estimate_from_records(
+    records: Sequence[TrialRecord],
+    *,
+    grid: Sequence[int],
+    seeds: Sequence[int],
+    full_score: float,
+    base_score: float | None,
+    rule: ThresholdRule = ThresholdRule(),
+    aggregator: str = "median",
+    transform: QualityTransform = ACCURACY,
+    method: str = "DID",
+    budget: Mapping[str, Any] | None = None,
+    projections: Mapping[str, Any] | None = None,
+    ledger: Mapping[str, Any] | None = None,
+) -> IntrinsicDimensionEstimate:
+    """The seed's pseudocode (§0x02J) on stored trial records: select, aggregate, classify.
+
+    Args:
+        records: every trial (any order; failed ones are kept and never selected).
+        grid: the declared candidate dimensions; seeds: the declared projection seeds.
+        full_score, base_score: the full fine-tuning reference and the base (untrained-
+            coordinates) score, metric units.
+        rule: the :class:`ThresholdRule`; aggregator: a key of :data:`AGGREGATORS`;
+            transform: the metric's :class:`QualityTransform` (scores are transformed before
+            selection, aggregation and comparison).
+        method, budget, projections, ledger: recorded in the result (§0x02K).
+
+    Returns:
+        The :class:`IntrinsicDimensionEstimate`.
+
+    Raises:
+        ValueError: an unknown aggregator, an empty grid or seed list, a record whose ``d``
+            or seed is not declared, or what the threshold rule raises.
+
+    Source: seed 003 §0x02F, §0x02J, §0x02K.
+    """
+    if aggregator not in AGGREGATORS:
+        raise ValueError(
+            f"estimate_from_records: aggregator={aggregator!r}; allowed: {', '.join(AGGREGATORS)}"
+        )
+    if not grid or not seeds:
+        raise ValueError("estimate_from_records: grid and seeds must be non-empty")
+    for r in records:
+        if r.d not in grid or r.seed not in seeds:
+            raise ValueError(
+                f"estimate_from_records: a record at d={r.d}, seed={r.seed} is "
+                f"outside the declared grid {list(grid)} / seeds {list(seeds)}"
+            )
+    target = rule.target(full_score, base_score, transform)
+    summaries = []
+    for d in sorted(grid):
+        summary = DimensionSummary(d)
+        at_d = [r for r in records if r.d == d]
+        summary.degenerate = bool(at_d) and all(r.status == "degenerate" for r in at_d)
+        for s in seeds:
+            trials = [r for r in at_d if r.seed == s and r.scored]
+            if not trials:
+                summary.failed_seeds.append(s)
+                continue
+            best = max(trials, key=lambda r: transform(r.selection_score))  # first of ties
+            summary.seed_scores[s] = transform(best.score)
+            summary.selected[s] = dict(best.hyperparameters)
+        if summary.seed_scores:
+            summary.aggregate = float(AGGREGATORS[aggregator](list(summary.seed_scores.values())))
+            summary.passes = summary.aggregate >= target
+        summaries.append(summary)
+    return IntrinsicDimensionEstimate(
+        method=method,
+        grid=sorted(grid),
+        seeds=list(seeds),
+        crossing=classify_grid_crossing(summaries, target),
+        summaries=summaries,
+        records=list(records),
+        full_score=full_score,
+        base_score=base_score,
+        target=target,
+        threshold=rule.describe(),
+        metric=transform.describe(),
+        aggregator=aggregator,
+        selection=SELECTION,
+        budget=dict(budget or {}),
+        projections=dict(projections or {}),
+        ledger=dict(ledger or {}),
+    )

@@ -1,0 +1,31 @@
+"""Release governance of a rank study (seed 003 §0x0B–0x0C): the declared design, candidate
+selection, gates and the sealed test.
+
+* ``attempts`` — Attempt lineage of a training unit: attempt identities, the retry rule and the
+  attempt that counts (seed 003 §0x0CI).
+* ``catalog`` — The failure catalog: one record per failure mode gaugelab detects today (seed 003
+  §0x0CB–CC).
+* ``checkpoints`` — Checkpoint selection, nested inside candidate selection and on validation only.
+* ``contrast`` — Paired candidate contrasts across nuisance tuples and the missing-cell policy
+  (seed 003 §0x0CF–0x0CG).
+* ``design`` — The experimental design of a rank study, declared before outcomes (seed 003
+  §0x0CB–0x0CL).
+* ``evidence`` — The evidence of one candidate (seed 003 §0x0BJ): typed sub-records, each naming
+  the inference it forbids, and the :class:`CandidateRecord` that joins them under one candidate
+  identity without collapsing them into one number.
+* ``failures`` — Typed failure records and the six alarm families (seed 003 §0x0CB–0x0CC).
+* ``manifest`` — The immutable experimental-design manifest (seed 003 §0x0CJ).
+* ``records`` — The frozen inputs of candidate selection: the refusal type, metric declarations and
+  their orientation (target gain, forgetting), and the immutable run manifest of one candidate.
+* ``sealed`` — A sealed held-out test set: opened once, after the release is frozen, every access
+  logged.
+* ``sealed_log`` — The sealed test's records: the refusal type, the frozen release, the seal's run
+  spec, and the event log's parsing into a :class:`SealStatus`.
+* ``selection`` — Candidate selection: select a candidate for one release contract, not a universal
+  rank.
+* ``units`` — The objects of an experimental design: nuisance tuples, blocks, candidate pipelines,
+  training units and base-baseline records (seed 003 §0x0CE–0x0CF), with their canonical-JSON
+  identities.
+* ``validate`` — Fail-closed validation of candidate records before any selection (seed 003
+  §0x0BU).
+"""

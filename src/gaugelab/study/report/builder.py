@@ -1,0 +1,305 @@
+"""One self-contained HTML report per study (Jinja2); its figures:
+:mod:`gaugelab.study.report.figures`.
+
+The module takes plain data: a :class:`StudyReport` holds the spec (a mapping, shown as pretty
+JSON), run summaries, tables, saved figures, failures with their termination classes and notes.
+A page opens with the results (notes as its summary, tables, figures), then failures and runs,
+and ends with the spec in a collapsed ``<details>``.
+:func:`render_report` turns it into one HTML page that needs nothing else: figures are embedded
+as base64 PNG data URIs, the style is inline, there are no scripts, and a Content-Security-Policy
+forbids every request except ``data:`` images. Every user-supplied string (study name, labels,
+table cells, messages, the spec) is HTML-escaped by Jinja2's autoescaping; the template never
+marks anything ``|safe``. Nothing is ever overwritten: :func:`write_report` raises
+``FileExistsError``, and :func:`new_report_dir` makes a new folder per report.
+
+The figure functions (:func:`~gaugelab.study.report.figures.save_figure`,
+:func:`~gaugelab.study.report.figures.plot_curves`,
+:func:`~gaugelab.study.report.figures.plot_scatter`,
+:func:`~gaugelab.study.report.figures.palette`,
+:class:`~gaugelab.study.report.figures.FigureArtifact`) are
+re-exported here, so a report's builder imports one module.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import itertools
+import json
+import math
+import numbers
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gaugelab.study.report.figures import (
+    PNG_DPI,
+    PNG_SIGNATURE,
+    FigureArtifact,
+    palette,
+    plot_curves,
+    plot_scatter,
+    save_figure,
+    step_axis,
+)
+
+if TYPE_CHECKING:
+    import jinja2
+
+__all__ = [
+    "PNG_DPI",
+    "PNG_SIGNATURE",
+    "Failure",
+    "FigureArtifact",
+    "RunSummary",
+    "StudyReport",
+    "Table",
+    "format_number",
+    "new_report_dir",
+    "palette",
+    "path_slug",
+    "plot_curves",
+    "plot_scatter",
+    "render_report",
+    "save_figure",
+    "seeds_phrase",
+    "step_axis",
+    "write_report",
+]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_TEMPLATE = "report.html.j2"
+
+Cell = str | float | int | None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run of the study, as the report shows it.
+
+    Attributes:
+        identity: the run's identity (e.g. its manifest hash).
+        status: its termination class (``"completed"``, ``"numerical_failure"``, …).
+        label: a human-readable label (optimizer, seed, twin, …).
+        metrics: key metrics by name; numbers are shown to 3 significant digits.
+    """
+
+    identity: str
+    status: str
+    label: str = ""
+    metrics: Mapping[str, Cell] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table; every row has one cell per column (strings or numbers, ``None`` = —)."""
+
+    title: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Cell]]
+    caption: str = ""
+
+    def __post_init__(self) -> None:
+        for i, row in enumerate(self.rows):
+            if len(row) != len(self.columns):
+                raise ValueError(
+                    f"Table {self.title!r}: row {i} has {len(row)} cells; "
+                    f"expected {len(self.columns)} (one per column)"
+                )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed run: its identity, termination class (e.g. ``numerical_failure``) and message."""
+
+    identity: str
+    termination: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StudyReport:
+    """Everything one study report shows. Plain data; every string is escaped when rendered.
+
+    Attributes:
+        name: the study's name (user-supplied).
+        spec: the study's spec as a JSON-able mapping, shown pretty-printed (keys sorted;
+            values JSON cannot encode are shown with ``str``).
+        runs, tables, figures, failures, notes: the report's sections. The page opens with
+            the results — the notes (verdicts first) as its summary, the tables, the figures
+            — then the failures and the runs, and ends with the spec, collapsed.
+        created_at: when the report (or study) was made; omitted if ``None``.
+        study: the page reports a study's runs (default). ``False`` for a report that reads
+            stored results and runs nothing (inspecting, comparing or composing adapters):
+            headed "Report", without the runs and failures sections or their counts.
+    """
+
+    name: str
+    spec: Mapping[str, Any]
+    runs: Sequence[RunSummary] = ()
+    tables: Sequence[Table] = ()
+    figures: Sequence[FigureArtifact] = ()
+    failures: Sequence[Failure] = ()
+    notes: Sequence[str] = ()
+    created_at: datetime | str | None = None
+    study: bool = True
+
+
+def seeds_phrase(seeds: Sequence[int]) -> str:
+    """``seed 0`` or ``seeds 0, 1, 2``: the seeds a table's numbers are taken over, for its
+    caption."""
+    return f"seed{'' if len(seeds) == 1 else 's'} {', '.join(map(str, seeds))}"
+
+
+def format_number(value: Any) -> str:
+    """Format a table cell: reals to 3 significant digits, scientific below 1e-3; else ``str``.
+
+    ``None`` is shown as an em dash, NaN as ``nan`` and infinities as ``inf`` / ``-inf``;
+    booleans and strings are shown as they are. The result is plain text (escaped later).
+    """
+    if value is None:
+        return "—"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    x = float(value)
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    if x != 0 and abs(x) < 1e-3:
+        return f"{x:.2e}"
+    return f"{x:.3g}"
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    import jinja2  # only a report needs it; the CLI imports this module for Table
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("gaugelab.study.report", "templates"),
+        autoescape=True,  # every template here is HTML: escape every interpolated value
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["num"] = format_number
+    return env
+
+
+def _png_data_uri(artifact: FigureArtifact) -> str:
+    data = Path(artifact.png).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != artifact.png_sha256:
+        raise ValueError(
+            f"render_report: figure {artifact.name!r}: {artifact.png} has sha256 {digest}, "
+            f"but the artifact records {artifact.png_sha256}; the file changed after saving"
+        )
+    if not data.startswith(PNG_SIGNATURE):
+        raise ValueError(f"render_report: figure {artifact.name!r}: {artifact.png} is not a PNG")
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def render_report(report: StudyReport) -> str:
+    """Render ``report`` as one self-contained HTML page.
+
+    Figures are read from their PNG files, checked against the recorded sha256, and embedded
+    as base64 data URIs; the SVG files are referenced by name only (not loaded).
+
+    Returns:
+        The HTML document as a string (UTF-8 when written).
+
+    Raises:
+        FileNotFoundError: a figure's PNG file is missing.
+        ValueError: a figure's PNG no longer matches its recorded sha256.
+    """
+    metric_names: dict[str, None] = {}
+    for run in report.runs:
+        metric_names.update(dict.fromkeys(run.metrics))
+    created = report.created_at
+    if isinstance(created, datetime):
+        created = created.isoformat(timespec="seconds")
+    return (
+        _environment()
+        .get_template(_TEMPLATE)
+        .render(
+            report=report,
+            created_at=created,
+            spec_json=json.dumps(
+                report.spec, indent=2, sort_keys=True, ensure_ascii=False, default=str
+            ),
+            metric_names=list(metric_names),
+            figures=[(artifact, _png_data_uri(artifact)) for artifact in report.figures],
+        )
+    )
+
+
+def path_slug(text: str, *, limit: int = 60) -> str:
+    """A file-system-safe stem for ``text``: letters, digits, ``.``, ``_``, ``-`` only.
+
+    Anything else becomes ``_``; the result starts with a letter or digit (so it is never
+    ``.``, ``..``, absolute or hidden). When the slug differs from ``text`` (or is cut at
+    ``limit`` characters), 8 hex characters of its sha256 are appended, so distinct names never
+    share a slug: ``"zoo-1"`` stays ``"zoo-1"``, ``"../../x"`` becomes ``"x-<digest>"``.
+    """
+    slug = _UNSAFE.sub("_", text).lstrip("._-")[:limit]
+    if slug != text or not slug:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+        slug = f"{slug}-{digest}" if slug else digest
+    return slug
+
+
+def new_report_dir(parent: str | Path, *, study: str | None = None) -> Path:
+    """Create and return a new, empty folder ``parent/<UTC time>`` (e.g. ``20261130T011500Z``),
+    or ``parent/<path_slug(study)>/<UTC time>`` when ``study`` is given.
+
+    The study name (user-supplied) only ever becomes one path component through
+    :func:`path_slug`, so ``study="../../x"`` or ``study="/abs/path"`` stays inside ``parent``.
+    Two reports within the same second get ``…Z-2``, ``…Z-3``: a folder is never reused, so
+    nothing already written is overwritten.
+    """
+    parent = Path(parent)
+    if study is not None:
+        parent = parent / path_slug(study)
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for n in itertools.count(1):
+        folder = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise AssertionError("unreachable")
+
+
+def write_report(report: StudyReport, directory: str | Path, *, overwrite: bool = False) -> Path:
+    """Render ``report`` and write it to ``directory/report.html`` (UTF-8).
+
+    Args:
+        report: the study report.
+        directory: folder to write into; created if missing.
+        overwrite: replace an existing ``report.html`` (default: refuse).
+
+    Returns:
+        The path of the written file.
+
+    Raises:
+        FileExistsError: ``report.html`` exists and ``overwrite`` is false.
+    """
+    html = render_report(report)
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "report.html"
+    try:
+        with open(path, "w" if overwrite else "x", encoding="utf-8") as handle:
+            handle.write(html)
+    except FileExistsError:
+        raise FileExistsError(
+            f"write_report: {path} already exists; refusing to overwrite (pass overwrite=True)"
+        ) from None
+    return path

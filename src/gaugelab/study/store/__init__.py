@@ -1,0 +1,39 @@
+"""The run store: the SQLite database, its attempts and owners, its read side and the verified
+reader of results.
+
+* ``attempts`` — Attempts: opening, claiming, heartbeats, ending; abandoned attempts closed.
+* ``db`` — The run store: an append-only SQLite database of studies, runs, attempts, metrics,
+  artifacts.
+* ``owner`` — Who holds an open attempt, whether that process still lives, and the heartbeat that
+  says so.
+* ``queries`` — The run store's rows and its read side: studies, runs, attempts, metrics and
+  artifacts.
+* ``schema`` — The run store's schema: its version, its DDL (tables, indexes, append-only
+  triggers), and the migration of older versions.
+* ``storefile`` — The run store's file: its format, its creation, and opening it before any row is
+  read.
+
+The public names of ``db`` are re-exported here (imported on first use).
+"""
+
+from gaugelab._lazy import lazy_exports
+
+_EXPORTS = {
+    "APPLICATION_ID": "db",
+    "DEFAULT_STORE_PATH": "db",
+    "SCHEMA_VERSION": "db",
+    "TERMINATION_CLASSES": "db",
+    "ArtifactRow": "db",
+    "AttemptRow": "db",
+    "Claim": "db",
+    "MetricRow": "db",
+    "RunRow": "db",
+    "RunStore": "db",
+    "StoreError": "db",
+    "StudyRow": "db",
+    "file_sha256": "db",
+}
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+__all__ = sorted(_EXPORTS)
