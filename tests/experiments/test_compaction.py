@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gaugelab.experiments.sensing.problem import SensingBatch
-from gaugelab.experiments.sensing.results import BUDGET, DIVERGED, INTERPOLATED
+from gaugelab.experiments.sensing.records import BUDGET, DIVERGED, INTERPOLATED
 from gaugelab.experiments.sensing.train import train_rule
 from gaugelab.experiments.sensing.zoo import ZooSpec
 from gaugelab.optim import OPTIMIZERS

@@ -9,7 +9,7 @@ import torch
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.sensing.problem import SensingBatch
 from gaugelab.experiments.sensing.rates import select_rate
-from gaugelab.experiments.sensing.results import BUDGET, DIVERGED, INTERPOLATED, RuleResult
+from gaugelab.experiments.sensing.records import BUDGET, DIVERGED, INTERPOLATED, RuleResult
 from gaugelab.experiments.sensing.train import train_rule
 from gaugelab.experiments.sensing.zoo import ZooSpec
 from gaugelab.tasks import MatrixSensing

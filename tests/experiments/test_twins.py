@@ -142,7 +142,8 @@ def test_default_hyperparameters_follow_the_protocol_and_the_task(tmp_path):
 def test_paired_log_ratio_of_gauge_to_noise_twin_per_optimizer():
     import math
 
-    from gaugelab.experiments.twins.results import TwinRow, TwinsResult, _paired, paired_table
+    from gaugelab.experiments.twins.results import TwinRow, TwinsResult, _paired
+    from gaugelab.experiments.twins.views import paired_table
 
     def row(optimizer, pair, gauge, noise):
         out = TwinRow(optimizer, pair, f"id{pair}", "completed", "", "")
@@ -210,7 +211,7 @@ def test_the_twin_figure_has_a_panel_per_optimizer_in_one_colour_each():
 
 
 def test_the_twins_report_lists_every_optimizer_of_the_study_in_its_spec(tmp_path):
-    from gaugelab.experiments.twins.results import report
+    from gaugelab.experiments.twins.views import report
 
     result = synthetic_result()
     spec = result.study_spec()

@@ -112,7 +112,6 @@ def twins(
     checkpoint when the same command is run again.
     """
     from gaugelab.equivariance.twins import GAUGE_DRAWS
-    from gaugelab.experiments.twins.results import verdict_lines
     from gaugelab.experiments.twins.run import (
         QUICK_CHECKPOINTS,
         QUICK_STEPS,
@@ -122,6 +121,7 @@ def twins(
         text_twin,
         twin_optimizers,
     )
+    from gaugelab.experiments.twins.views import verdict_lines
     from gaugelab.tasks.text import TextTooShort
 
     console = wide_console()

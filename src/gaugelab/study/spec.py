@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.metadata
 import json
 import os
@@ -94,9 +95,12 @@ class ExperimentSpec(BaseModel):
     """Base of every experiment spec: frozen, no extra fields, content-hashed.
 
     A subclass sets the class variable ``kind`` (kebab-case, e.g. ``"twins"``), declares each
-    field with ``Field(description=...)`` (the description is the ``--help`` text), and defines
-    ``execute(self, run)`` taking the harness's run context; the sweep layer checks for it with
-    ``hasattr``. Seeds are int fields whose name ends in ``seed`` (``data_seed``, ``init_seed``)
+    field with ``Field(description=...)`` (the description is the ``--help`` text), and names
+    its trainer in the class variable ``trainer`` (``"package.module:function"``, called as
+    ``function(spec, run)`` with the harness's run context) or overrides ``execute(self, run)``.
+    The trainer is named, not imported: the trainer's module imports the spec, never the other
+    way round, and the harness imports it when a run executes. Seeds are int fields whose name
+    ends in ``seed`` (``data_seed``, ``init_seed``)
     and/or a ``seeds: dict[str, int]`` field; a field named ``dtype`` names the compute dtype.
 
     Prefer tuples to lists and dicts: a frozen model rejects attribute assignment, but a list or
@@ -113,6 +117,7 @@ class ExperimentSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
 
     kind: ClassVar[str]
+    trainer: ClassVar[str | None] = None
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -133,6 +138,24 @@ class ExperimentSpec(BaseModel):
                     f"{cls.__name__}: field {name!r} is set-typed; use a sorted tuple instead "
                     "(set order in JSON is not stable across processes)"
                 )
+
+    def execute(self, run: Any) -> None:
+        """Train one run of this spec: the declared ``trainer(self, run)``.
+
+        Raises:
+            TypeError: the class declares no trainer (and does not override ``execute``).
+            ImportError, AttributeError: the declared trainer does not exist.
+        """
+        trainer = type(self).trainer
+        if trainer is None:
+            raise TypeError(f"{type(self).__name__} declares no trainer and no execute(run)")
+        module, _, name = trainer.partition(":")
+        getattr(importlib.import_module(module), name)(self, run)
+
+    @classmethod
+    def executable(cls) -> bool:
+        """Whether a run of this spec can execute: a declared trainer or its own ``execute``."""
+        return cls.trainer is not None or cls.execute is not ExperimentSpec.execute
 
     def _kind(self) -> str:
         kind = getattr(type(self), "kind", None)

@@ -227,8 +227,10 @@ def run_sweep(
             isinstance(value, bool) or not isinstance(value, int) or value < 1
         ):
             raise ValueError(f"run_sweep: {arg}={value!r}; allowed: an integer >= 1 or None")
-    if not callable(getattr(sweep.spec, "execute", None)):
-        raise ValueError(f"run_sweep: {type(sweep.spec).__name__} defines no execute(run)")
+    if not type(sweep.spec).executable():
+        raise ValueError(
+            f"run_sweep: {type(sweep.spec).__name__} declares no trainer and no execute(run)"
+        )
     if executor == "ray" and not ray_available():
         raise ValueError(RAY_MISSING)  # before any run is registered
     specs = {spec.identity(): spec for spec in sweep.specs()}  # first of each identity

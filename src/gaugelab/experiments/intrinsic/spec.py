@@ -56,11 +56,7 @@ class DigitsPretrainSpec(ExperimentSpec):
     data_seed: int = Field(0, description="Seed of the minibatch stream.")
     split_seed: int = Field(0, description="Seed of the train/selection/eval split.")
 
-    def execute(self, run: Any) -> None:
-        """Train and record ``weights.safetensors`` (kind ``weights``) and ``result.json``."""
-        from gaugelab.experiments.intrinsic.train import train_pretrain
-
-        train_pretrain(self, run)
+    trainer: ClassVar[str] = "gaugelab.experiments.intrinsic.train:train_pretrain"
 
 
 class IntrinsicSpec(ExperimentSpec):
@@ -174,16 +170,7 @@ class IntrinsicSpec(ExperimentSpec):
             )
         return dict(sorted(roles.items()))
 
-    def execute(self, run: Any) -> None:
-        """Train this run's one trial and record ``result.json`` (kind ``result``).
-
-        Raises:
-            AdmissionError: finetune without a completed pretrain run in the store.
-            NonFiniteError: a loss or gradient became NaN/inf.
-        """
-        from gaugelab.experiments.intrinsic.train import train_trial
-
-        train_trial(self, run)
+    trainer: ClassVar[str] = "gaugelab.experiments.intrinsic.train:train_trial"
 
 
 QUICK: dict[str, Any] = {

@@ -263,16 +263,7 @@ class LearnForgetSpec(ExperimentSpec):
     def dtype_name(self) -> str:
         return self.finetune.dtype_name()
 
-    def execute(self, run: Any) -> None:
-        """Train the run's candidate on its block (every seed), record its declared checkpoints
-        and their stress-domain validation loss, then its adapters or deltas.
-
-        Raises:
-            AdmissionError: the pretrain run has not completed in this run's store.
-        """
-        from gaugelab.experiments.learn_forget.train import train_cell
-
-        train_cell(self, run)
+    trainer: ClassVar[str] = "gaugelab.experiments.learn_forget.train:train_cell"
 
 
 def quick_spec(**overrides: Any) -> LearnForgetSpec:

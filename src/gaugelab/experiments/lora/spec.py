@@ -153,12 +153,7 @@ class PretrainSpec(ExperimentSpec):
             norm_placement="pre", positional="learned", causal=True, init_std=0.02,
         )  # fmt: skip
 
-    def execute(self, run: Any) -> None:
-        """Train (resuming from a checkpoint), log both domains' validation loss, and record
-        the weights (``weights``) and the curves (``result``)."""
-        from gaugelab.experiments.lora.train import train_pretrain
-
-        train_pretrain(self, run)
+    trainer: ClassVar[str] = "gaugelab.experiments.lora.train:train_pretrain"
 
 
 class FinetuneSpec(ExperimentSpec):
@@ -298,17 +293,7 @@ class FinetuneSpec(ExperimentSpec):
     def dtype_name(self) -> str:
         return self.pretrain.dtype
 
-    def execute(self, run: Any) -> None:
-        """Fine-tune the candidate from the pretrain run's verified weights (resuming from a
-        checkpoint), log both domains' validation loss per seed, and record the adapters
-        (LoRA, PEFT format) or dense deltas (full) and the curves.
-
-        Raises:
-            AdmissionError: the pretrain run has not completed in this run's store.
-        """
-        from gaugelab.experiments.lora.train import train_finetune
-
-        train_finetune(self, run)
+    trainer: ClassVar[str] = "gaugelab.experiments.lora.train:train_finetune"
 
 
 def quick_spec(**overrides: Any) -> FinetuneSpec:

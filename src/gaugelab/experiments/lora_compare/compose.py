@@ -112,7 +112,7 @@ def compose_lora(
 
     Raises:
         ValueError: fewer sources than weights or seeds, a dense source, different bases, bad
-            method/rank (see :func:`gaugelab.lowrank.composition.ledger.compose_adapters`).
+            method/rank (see :func:`gaugelab.lowrank.composition.adapters.compose_adapters`).
         ValueError: also a source module whose shape differs from its base model's (checked
             before anything is written).
         FileExistsError: ``out`` holds an adapter already (checked before composing).

@@ -14,7 +14,7 @@ or their SVD at a chosen rank), writes the result as a PEFT adapter and reports 
 ledger, the interference of every pair (Frobenius cross term, sampled-output cross term on
 real activations) and, when the base model and data are known, the validation losses of the
 composition against each adapter alone. ``run_lora_compare`` / ``run_lora_compose`` add the
-HTML report (``_compare_views``).
+HTML report (:mod:`~gaugelab.experiments.lora_compare.views`).
 
 Source: seed 003 §0x05 (composition), §0x06 (subspace similarity); hu2021lora §7.2, App. G.
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -31,8 +30,9 @@ import torch
 from gaugelab.experiments.lora.sources import find, open_store
 from gaugelab.experiments.lora.spec import LAYER, family, order
 from gaugelab.experiments.lora_compare.compose import ComposeResult, compose_lora
+from gaugelab.experiments.lora_compare.results import SIDES, CompareResult, ModuleComparison
+from gaugelab.experiments.lora_compare.views import compare_report, compose_report
 from gaugelab.lowrank.subspaces.compare import (
-    HaarNull,
     UpdateBases,
     haar_null,
     phi_matrix,
@@ -44,61 +44,6 @@ from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["CompareResult", "ComposeResult", "ModuleComparison", "compare_lora", "compose_lora",
            "run_lora_compare", "run_lora_compose"]  # fmt: skip
-
-SIDES = ("row", "column")
-
-
-@dataclass
-class ModuleComparison:
-    """One module's two updates compared.
-
-    Attributes:
-        module, layer, family: the path, block index (or ``None``), ``attention``/``mlp``.
-        shape: ``(d_out, d_in)``; configured_a, configured_b: LoRA ranks (``None``: dense).
-        rank_a, rank_b: the ranks retained by the policy (the compared spans' dimensions).
-        policy_a, policy_b: the policy ids that chose them.
-        row, column: ``SubspaceComparison.to_dict()`` of the row / column spaces (``a`` is
-            ``S``, ``b`` is ``T``: ``coverage_s_by_t`` is ``C(a|b)``).
-        factor_row, factor_column: the same for the factors' own spans (both LoRA), else None.
-        phi_row, phi_column: ``φ(i, j)`` over the leading update directions, ``[I][J]`` lists.
-        null_row, null_column: the Monte-Carlo nulls (when asked for), else ``None``.
-    """
-
-    module: str
-    layer: int | None
-    family: str
-    shape: tuple[int, int]
-    configured_a: int | None
-    configured_b: int | None
-    rank_a: int
-    rank_b: int
-    policy_a: str
-    policy_b: str
-    row: dict
-    column: dict
-    factor_row: dict | None
-    factor_column: dict | None
-    phi_row: list[list[float]]
-    phi_column: list[list[float]]
-    null_row: HaarNull | None = None
-    null_column: HaarNull | None = None
-
-
-@dataclass
-class CompareResult:
-    """What :func:`compare_lora` found: ``a`` and ``b`` and one row per shared module."""
-
-    a: str
-    b: str
-    source_a: str
-    source_b: str
-    method_a: str
-    method_b: str
-    policy: str
-    rho: float
-    modules: list[ModuleComparison]
-    notes: list[str] = field(default_factory=list)
-
 
 def _bases(update: object, policy: str | int, rho: float, dense_policy: str, dense_rho: float,
            dtype: torch.dtype, module: str) -> UpdateBases:  # fmt: skip
@@ -273,8 +218,6 @@ def run_lora_compare(
         FileExistsError: ``report_dir`` already holds a comparison (checked first).
         ValueError, ArtifactError: as :func:`compare_lora`.
     """
-    from gaugelab.experiments.lora_compare.views import compare_report
-
     if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
         raise FileExistsError(f"{report_dir} already holds a report; choose another folder")
     result = compare_lora(a, b, store=store, **options)
@@ -300,8 +243,6 @@ def run_lora_compose(
         FileExistsError: ``out`` already holds an adapter, or ``report_dir`` a report.
         ValueError, ArtifactError: as :func:`compose_lora`.
     """
-    from gaugelab.experiments.lora_compare.views import compose_report
-
     if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
         raise FileExistsError(f"{report_dir} already holds a report; choose another folder")
     result = compose_lora(sources, out, store=store, **options)

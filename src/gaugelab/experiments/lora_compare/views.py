@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from gaugelab.experiments.lora_compare.compose import ComposeResult
-from gaugelab.experiments.lora_compare.run import SIDES, CompareResult, ModuleComparison
+from gaugelab.experiments.lora_compare.results import SIDES, CompareResult, ModuleComparison
 from gaugelab.lowrank.subspaces.compare import phi_matrix
 from gaugelab.study.report import builder as rep
 

@@ -165,15 +165,7 @@ class KernelSpec(ExperimentSpec):
     def dtype_name(self) -> str:
         return self.pretrain.dtype
 
-    def execute(self, run: Any) -> None:
-        """Train every path on the same minibatches and record the diagnostics.
-
-        Raises:
-            AdmissionError: the pretrain run has not completed in this run's store.
-        """
-        from gaugelab.experiments.lora_kernel.train import train_paths
-
-        train_paths(self, run)
+    trainer: ClassVar[str] = "gaugelab.experiments.lora_kernel.train:train_paths"
 
 
 def quick_spec(**overrides: Any) -> KernelSpec:

@@ -192,17 +192,7 @@ class LoraTwinSpec(ExperimentSpec):
     def dtype_name(self) -> str:
         return self.pretrain.dtype
 
-    def execute(self, run: Any) -> None:
-        """Warm up the adapter from the pretrain run's verified weights, build the twins,
-        train them, log every checkpoint's distances and the base adapter's factor diagnostics,
-        and record ``result.json`` (records and verdicts).
-
-        Raises:
-            AdmissionError: the pretrain run has not completed in this run's store.
-        """
-        from gaugelab.experiments.lora_twins.train import train_lora_twins
-
-        train_lora_twins(self, run)
+    trainer: ClassVar[str] = "gaugelab.experiments.lora_twins.train:train_lora_twins"
 
 
 def quick_twin_spec(**overrides: Any) -> LoraTwinSpec:

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from gaugelab.experiments.sensing.problem import SensingBatch, SensingExperiment
-from gaugelab.experiments.sensing.results import INTERPOLATED, RuleResult
+from gaugelab.experiments.sensing.records import INTERPOLATED, RuleResult
 from gaugelab.tasks import effective_rank
 
 CONVEX = "nuclear-norm"

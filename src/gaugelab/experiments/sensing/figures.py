@@ -12,7 +12,6 @@ Source: singh2026lossbasis, §5 (zoo) and the Adam-p dial; docs/protocols.md §3
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,11 +22,8 @@ from gaugelab.experiments.sensing.problem import (
     SensingBatch,
     finite_mean,
 )
+from gaugelab.experiments.sensing.results import DialResult, ZooResult
 from gaugelab.study.report.figures import palette, plot_curves, plot_scatter, save_figure
-
-if TYPE_CHECKING:  # the experiment modules import sensing_report, which imports this one
-    from gaugelab.experiments.sensing.dial import DialResult
-    from gaugelab.experiments.sensing.zoo import ZooResult
 
 __all__ = ["dial_colors", "dial_figures", "rule_colors", "zoo_figures"]
 

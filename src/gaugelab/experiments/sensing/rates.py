@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gaugelab.experiments.sensing.results import DIVERGED, INTERPOLATED, RuleResult
+from gaugelab.experiments.sensing.records import DIVERGED, INTERPOLATED, RuleResult
 
 
 @dataclass(frozen=True)

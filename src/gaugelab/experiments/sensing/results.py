@@ -1,194 +1,198 @@
-"""A rule's result: what one (seed × rate) ensemble did, recorded in the store and read back.
+"""The sensing studies read back: the zoo's rows (:class:`ZooRow`, :class:`ZooResult`) and the
+dial's points (:class:`DialPoint`, :class:`DialResult`), each at the rate the protocol's
+selection rule picks.
 
-:class:`RuleResult` is what :func:`gaugelab.experiments.sensing.train.train_rule` returns (JSON
-round-trip, non-finite floats as strings); :func:`record_result` logs its curves and final
-metrics and saves it as the run's ``result-{label}.json`` artifact; :func:`read_study` and
-:func:`read_results` read a sensing study back, each result file checked against the sha256
-the store recorded before it is parsed (a changed file makes its run ``unverified``).
-
-Source: docs/protocols.md §3 (the metrics and the stopping statuses).
+Source: docs/protocols.md §3 (rate selection, the table), §4 (the dial's two arms).
 """
 
 from __future__ import annotations
 
-import json
-import math
-from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from gaugelab.experiments.sensing.problem import SensingExperiment
+from gaugelab.experiments.sensing.problem import (
+    COORDINATEWISE_CLASS,
+    EQUIVARIANT_CLASS,
+)
+from gaugelab.experiments.sensing.rates import RateChoice, select_rate
+from gaugelab.experiments.sensing.records import INTERPOLATED, RuleResult
+from gaugelab.experiments.sensing.spec import (
+    DialSpec,
+    ZooSpec,
+)
+from gaugelab.experiments.sensing.split import SplitVerdict
+from gaugelab.optim import CLAIMS, EQUIVARIANT
 from gaugelab.study.experiment import (
-    ArtifactError,
     RunState,
-    run_states,
-    study_of_kind,
-    verified_json,
 )
 
-__all__ = [
-    "BUDGET",
-    "DIVERGED",
-    "INTERPOLATED",
-    "STATUSES",
-    "RuleResult",
-    "read_results",
-    "read_study",
-    "record_result",
-]
 
-S = TypeVar("S", bound=SensingExperiment)
-INTERPOLATED, DIVERGED, BUDGET = "interpolated", "diverged", "budget"
-STATUSES = (INTERPOLATED, DIVERGED, BUDGET)
-"""How a member's training ended: it interpolated, diverged, or ran to the step budget."""
+def rule_class(rule: str) -> str:
+    """``"equivariant"`` (the zoo claims orthogonal equivariance) or ``"coordinatewise"``."""
+    prop = CLAIMS[rule]["orthogonal"].property
+    return EQUIVARIANT_CLASS if prop == EQUIVARIANT else COORDINATEWISE_CLASS
 
 
 @dataclass
-class RuleResult:
-    """What one rule's ensemble did. Lists are JSON-able; indices are ``[seed][rate]``.
+class ZooRow:
+    """One row of the zoo table: a rule at its chosen learning rate (per-seed lists).
 
-    Attributes:
-        rule: registry name (or a label such as ``adam-p@0.5``).
-        hyper: extra hyperparameters of the rule.
-        decayed: whether the cosine schedule applied.
-        lrs: ``[L]`` learning rates; seeds: ``[S]``.
-        recovery, loss, effective_rank, balancedness: ``[S][L]`` final metrics.
-        steps: ``[S][L]`` updates applied to the final parameters.
-        status: ``[S][L]`` ``"interpolated"``, ``"diverged"`` or ``"budget"``.
-        spectra: ``[S][L][n]`` singular values of the final ``U Vᵀ``.
-        curve_steps: ``[C]``; curve_loss, curve_recovery: ``[C][S][L]`` at every check.
-        seconds: wall time of the ensemble.
+    ``recovery`` etc. are ``[S]`` at the chosen rate (empty when no rate qualifies).
     """
 
     rule: str
-    hyper: dict[str, Any]
+    klass: str
+    choice: RateChoice
     decayed: bool
-    lrs: list[float]
     seeds: list[int]
-    recovery: list[list[float]]
-    loss: list[list[float]]
-    effective_rank: list[list[float]]
-    balancedness: list[list[float]]
-    steps: list[list[int]]
-    status: list[list[str]]
-    spectra: list[list[list[float]]]
-    curve_steps: list[int]
-    curve_loss: list[list[list[float]]]
-    curve_recovery: list[list[list[float]]]
-    seconds: float = 0.0
+    recovery: list[float]
+    loss: list[float]
+    effective_rank: list[float]
+    balancedness: list[float]
+    steps: list[int]
+    status: list[str]
+    spectra: list[list[float]]
+    grid: RuleResult
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (non-finite floats as strings ``"nan"``/``"inf"``)."""
-        return _jsonable(asdict(self))
+    @property
+    def mean_recovery(self) -> float:
+        """Mean recovery error over seeds (NaN when no rate qualifies)."""
+        return _mean(self.recovery)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RuleResult:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**_unjson(data))
+    def from_result(cls, result: RuleResult, klass: str) -> ZooRow:
+        """The row of ``result`` at the rate :func:`select_rate` picks."""
+        choice = select_rate(result)
+        j = choice.index
+
+        def at(values: list[list[Any]]) -> list[Any]:
+            return [] if j is None else [row[j] for row in values]
+
+        return cls(
+            rule=result.rule,
+            klass=klass,
+            choice=choice,
+            decayed=result.decayed,
+            seeds=result.seeds,
+            recovery=at(result.recovery),
+            loss=at(result.loss),
+            effective_rank=at(result.effective_rank),
+            balancedness=at(result.balancedness),
+            steps=at(result.steps),
+            status=at(result.status),
+            spectra=at(result.spectra),
+            grid=result,
+        )
 
 
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return str(x)
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_jsonable(v) for v in x]
-    return x
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
 
 
-def _unjson(x: Any) -> Any:
-    if isinstance(x, str) and x in ("nan", "inf", "-inf"):
-        return float(x)
-    if isinstance(x, dict):
-        return {k: _unjson(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_unjson(v) for v in x]
-    return x
+@dataclass
+class ZooResult:
+    """The zoo as read back from the run store.
 
-
-def record_result(run: Any, result: RuleResult, final_step: int) -> None:
-    """Log a rule's curves and final metrics to the store and save its result artifact.
-
-    Metric names are ``{label}/{metric}/lr={lr}/seed={seed}``: ``loss`` and ``recovery`` at
-    every check step; ``final_recovery``, ``final_loss``, ``effective_rank``,
-    ``balancedness``, ``stop_step`` at ``final_step``. Non-finite values are not logged (the
-    artifact keeps them). The full :class:`RuleResult` is written as
-    ``result-{label}.json`` (artifact kind ``"result"``).
+    Attributes:
+        spec: the study's spec.
+        study: the study's name.
+        rows: one :class:`ZooRow` per rule that completed, in the spec's order.
+        convex: the convex reference row, if run and completed.
+        split: the :class:`SplitVerdict` over ``rows`` (``None`` if a class is missing).
+        runs: every run of the study with its latest termination (failures included).
+        convex_skipped: why the convex row was not run (cvxpy missing when the study was
+            planned: ``"skipped: install gaugelab[convex] …"``), else ``None``.
     """
 
-    def name(metric: str, s: int, j: int) -> str:
-        return f"{result.rule}/{metric}/lr={result.lrs[j]:g}/seed={result.seeds[s]}"
+    spec: ZooSpec
+    study: str
+    rows: list[ZooRow]
+    convex: ZooRow | None
+    split: SplitVerdict | None
+    runs: list[RunState] = field(default_factory=list)
+    convex_skipped: str | None = None
 
-    def finite(values: dict[str, float]) -> dict[str, float]:
-        return {k: v for k, v in values.items() if math.isfinite(v)}
-
-    S, L = len(result.seeds), len(result.lrs)
-    members = [(s, j) for s in range(S) for j in range(L)]
-    for c, step in enumerate(result.curve_steps):
-        values = {}
-        for s, j in members:
-            values[name("loss", s, j)] = result.curve_loss[c][s][j]
-            values[name("recovery", s, j)] = result.curve_recovery[c][s][j]
-        run.log(step, finite(values))
-    final = {}
-    for s, j in members:
-        final[name("final_recovery", s, j)] = result.recovery[s][j]
-        final[name("final_loss", s, j)] = result.loss[s][j]
-        final[name("effective_rank", s, j)] = result.effective_rank[s][j]
-        final[name("balancedness", s, j)] = result.balancedness[s][j]
-        final[name("stop_step", s, j)] = float(result.steps[s][j])
-    run.log(final_step, finite(final))
-    safe = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in result.rule)
-    path = run.directory / f"result-{safe}.json"
-    path.write_text(json.dumps(result.to_dict(), allow_nan=False), encoding="utf-8")
-    run.artifact(path, "result")
+    @property
+    def failures(self) -> list[RunState]:
+        """Runs that did not complete."""
+        return [r for r in self.runs if not r.completed]
 
 
-def read_study(store: Any, study: str, spec_class: type[S]) -> tuple[S, list[RunState], dict]:
-    """A sensing study from the store: its spec, every run's state, and label → the
-    :class:`RuleResult` of every completed run whose result files verify.
+@dataclass
+class DialPoint:
+    """One p of the dial.
 
-    A completed run whose result file is missing or no longer matches the sha256 the store
-    recorded is not read: its state becomes ``"unverified"`` with a message naming the file and
-    the run (so it shows as a failure, never as a row from a tampered file).
-
-    Raises:
-        ValueError: no such study, or one of another kind than ``spec_class``.
+    Attributes:
+        p: the dial setting.
+        choice: the per-p arm's rate (:func:`select_rate`).
+        recovery, effective_rank: ``[S]`` at the chosen rate (empty if none qualifies).
+        grid: the full result (every rate: the fixed-rate arm).
     """
-    row = study_of_kind(store, study, spec_class)
-    runs = run_states(store, study)
-    results: dict[str, RuleResult] = {}
-    for i, run in enumerate(runs):
-        if run.completed:
-            try:
-                results.update(read_results(store, run.identity))
-            except ArtifactError as exc:
-                runs[i] = run.unverified(exc)
-    return spec_class.model_validate(row.spec), runs, results
+
+    p: float
+    choice: RateChoice
+    recovery: list[float]
+    effective_rank: list[float]
+    grid: RuleResult
+
+    @property
+    def mean_recovery(self) -> float:
+        """Mean recovery error at the chosen rate (NaN if none)."""
+        return _mean(self.recovery)
+
+    @property
+    def mean_effective_rank(self) -> float:
+        """Mean effective rank at the chosen rate (NaN if none)."""
+        return _mean(self.effective_rank)
+
+    def at_rate(self, j: int) -> tuple[float, float, bool]:
+        """Fixed-rate arm at grid index ``j``: mean recovery, mean effective rank, and whether
+        every seed interpolated."""
+        rec = [row[j] for row in self.grid.recovery]
+        er = [row[j] for row in self.grid.effective_rank]
+        ok = all(row[j] == INTERPOLATED for row in self.grid.status)
+        return _mean(rec), _mean(er), ok
 
 
-def read_results(store: Any, identity: str) -> dict[str, RuleResult]:
-    """The ``result`` artifacts of a run's latest completed attempt, label → :class:`RuleResult`
-    (empty when the run has not completed). Each file is checked against the sha256 the store
-    recorded before it is parsed.
+def _point(p: float, result: RuleResult) -> DialPoint:
+    choice = select_rate(result)
+    j = choice.index
+    rec = [] if j is None else [row[j] for row in result.recovery]
+    er = [] if j is None else [row[j] for row in result.effective_rank]
+    return DialPoint(p, choice, rec, er, result)
 
-    Raises:
-        ArtifactError: a result file is missing, changed since the run wrote it, or not a
-            rule result (the message names the file and the run).
+
+def is_monotone(ps: list[float], recoveries: list[float]) -> bool:
+    """Whether the recovery error strictly increases with p (so decreases along the dial from
+    p = 1 to p = 0). NaN entries make it False."""
+    pairs = sorted(zip(ps, recoveries, strict=True))
+    return all(b[1] > a[1] for a, b in itertools.pairwise(pairs))
+
+
+@dataclass
+class DialResult:
+    """The dial as read back from the run store.
+
+    Attributes:
+        spec: the study's spec; study: its name.
+        points: one :class:`DialPoint` per p that completed, in the spec's order.
+        gd: gd's reference point (``p`` is NaN), if run and completed.
+        planted_effective_rank: mean effective rank of the planted targets.
+        monotone: per-p arm recovery strictly increasing in p.
+        runs: every run of the study with its latest termination (failures included).
     """
-    attempts = [a for a in store.attempts(identity) if a.termination == "completed"]
-    if not attempts:
-        return {}
-    ordinal = attempts[-1].ordinal
-    results = {}
-    for art in store.artifacts(identity):
-        if art.kind == "result" and art.ordinal == ordinal:
-            data = verified_json(art)
-            try:
-                result = RuleResult.from_dict(data)
-            except TypeError as exc:
-                raise ArtifactError(
-                    f"{art.path}: result file of run {identity[:12]} is not a rule result ({exc})"
-                ) from None
-            results[result.rule] = result
-    return results
+
+    spec: DialSpec
+    study: str
+    points: list[DialPoint]
+    gd: DialPoint | None
+    planted_effective_rank: float
+    monotone: bool
+    runs: list[RunState] = field(default_factory=list)
+
+    @property
+    def failures(self) -> list[RunState]:
+        """Runs that did not complete."""
+        return [r for r in self.runs if not r.completed]

@@ -10,7 +10,7 @@ compacted, see :meth:`SensingBatch.member_loss_and_grad` for why no remaining me
 changes); ``compact=False`` keeps it in the batch, masked, for the test that says so. Given a
 run context, the loop writes a checkpoint every ``checkpoint_every`` steps and, when the run was
 interrupted, continues from the latest one bit for bit. What it returns, and how that is
-recorded in the store and read back, is :mod:`gaugelab.experiments.sensing.results`.
+recorded in the store and read back, is :mod:`gaugelab.experiments.sensing.records`.
 
 Source: docs/protocols.md §3 (stopping and divergence rules, cosine decay).
 """
@@ -26,7 +26,7 @@ import torch
 
 from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.sensing.problem import SensingBatch, SensingExperiment
-from gaugelab.experiments.sensing.results import (
+from gaugelab.experiments.sensing.records import (
     BUDGET,
     DIVERGED,
     INTERPOLATED,

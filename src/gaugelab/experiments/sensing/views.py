@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gaugelab.experiments.sensing.convex import CONVEX, CONVEX_SKIPPED
 from gaugelab.experiments.sensing.figures import dial_figures, zoo_figures
@@ -20,14 +19,11 @@ from gaugelab.experiments.sensing.problem import (
     EQUIVARIANT_CLASS,
     finite_mean,
 )
-from gaugelab.experiments.sensing.results import DIVERGED, INTERPOLATED
+from gaugelab.experiments.sensing.records import DIVERGED, INTERPOLATED
+from gaugelab.experiments.sensing.results import DialResult, ZooResult, ZooRow
 from gaugelab.study.experiment import paired_cells, paired_columns
 from gaugelab.study.report.builder import Failure, StudyReport, Table, format_number, write_report
 from gaugelab.study.stats.paired import paired_differences
-
-if TYPE_CHECKING:  # the experiment modules import this one
-    from gaugelab.experiments.sensing.dial import DialResult
-    from gaugelab.experiments.sensing.zoo import ZooResult, ZooRow
 
 __all__ = ["dial_report", "dial_tables", "zoo_report", "zoo_tables"]
 

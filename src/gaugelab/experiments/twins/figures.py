@@ -14,12 +14,11 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gaugelab.study.report import builder as rep
+from gaugelab.experiments.twins.results import TwinRow
 
-if TYPE_CHECKING:  # the rows' type only; _twins_results imports this module
+if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from gaugelab.experiments.twins.results import TwinRow
+from gaugelab.study.report import builder as rep
 
 # matplotlib is imported by twin_panels, which draws: reading a study back needs none of it.
 

@@ -26,7 +26,7 @@ from gaugelab.equivariance.merge import merge_twin
 from gaugelab.equivariance.twins import TwinResult, make_twins, train_twins
 from gaugelab.experiments.twins.data import ModularData, TextData, twin_data
 from gaugelab.experiments.twins.figures import distance_figure
-from gaugelab.experiments.twins.results import TwinRow, TwinsResult, collect, report, tables
+from gaugelab.experiments.twins.results import TwinRow, TwinsResult, collect
 from gaugelab.experiments.twins.spec import (
     DEFAULT_OPTIMIZERS,
     HYBRID,
@@ -39,6 +39,7 @@ from gaugelab.experiments.twins.spec import (
     twin_model_config,
     twin_optimizers,
 )
+from gaugelab.experiments.twins.views import report, tables
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.optim import make_optimizer, muon_hybrid
 from gaugelab.study.experiment import StudyOutcome, run_experiment

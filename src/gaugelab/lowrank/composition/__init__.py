@@ -5,18 +5,16 @@
 * ``ledger`` — Static composition of low-rank updates: concatenated factors, rank ledger,
   interference.
 
-The public names of ``ledger`` are re-exported here.
+The public names of ``ledger`` and ``adapters`` are re-exported here.
 """
 
+from gaugelab.lowrank.composition.adapters import ComposedAdapter, ModuleLedger, compose_adapters
 from gaugelab.lowrank.composition.ledger import (
-    ComposedAdapter,
     Compressed,
     Interference,
-    ModuleLedger,
     StageRow,
     StaticComposition,
     StaticMergeCheck,
-    compose_adapters,
     compose_static,
     compress,
     interference,

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from gaugelab.adapters import Adapter, AdapterConfig, AdapterModule
+from gaugelab.lowrank.composition.ledger import compose_static, compress, interference
 from gaugelab.models.lora import FactorRecord
 
 __all__ = ["COMPOSITION_FILE", "METHODS", "ComposedAdapter", "ModuleLedger", "compose_adapters"]
@@ -150,7 +151,6 @@ def compose_adapters(
     Source:
         seed 003 §0x05A–§0x05D, §0x05G; PEFT's adapter format.
     """
-    from gaugelab.lowrank.composition.ledger import compose_static, compress, interference
 
     func = "compose_adapters"
     if not adapters:

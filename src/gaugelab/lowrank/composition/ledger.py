@@ -18,7 +18,7 @@ never re-derives a scale from the composed width.
   a finite input set (§0x05F: in general it does not);
 * :func:`staged_expansion_report` — merge stage by stage: per-stage rank, total rank, bases and
   task metrics (§0x05G);
-* :func:`compose_adapters` (``_compose_adapters``) — all of it for PEFT adapters, written as a
+* :func:`~gaugelab.lowrank.composition.adapters.compose_adapters` — all of it for PEFT adapters, written as a
   PEFT adapter.
 """
 
@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import torch
 
-from gaugelab.lowrank.composition.adapters import ComposedAdapter, ModuleLedger, compose_adapters
 from gaugelab.lowrank.composition.interference import Interference, interference
 from gaugelab.lowrank.spectra.factored import as_update
 from gaugelab.lowrank.spectra.ranks import numerical_rank
@@ -38,14 +37,11 @@ from gaugelab.lowrank.spectra.reconstruction import reconstruct_by_rank
 from gaugelab.lowrank.subspaces.compare import UpdateBases, update_bases
 
 __all__ = [
-    "ComposedAdapter",
     "Compressed",
     "Interference",
-    "ModuleLedger",
     "StageRow",
     "StaticComposition",
     "StaticMergeCheck",
-    "compose_adapters",
     "compose_static",
     "compress",
     "interference",

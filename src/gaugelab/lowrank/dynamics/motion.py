@@ -9,8 +9,8 @@ arithmetic — how the seed's fixtures are tested) or floating tensors ``[..., d
 ``[..., r, d_in]``, ``[..., d_out, d_in]`` with leading batch dims, never both at once.
 
 Orientation (PEFT's and the seed's): ``A ∈ ℝ^{r×d_in}`` (down), ``B ∈ ℝ^{d_out×r}`` (up),
-``Δ = s·B A``. The scalar-gauge, Adam, decay and dtype ledgers live in ``_dynamics_gauge``, the
-rank-scaling ledger in ``_dynamics_rank``; both are re-exported here.
+``Δ = s·B A``. The scalar-gauge, Adam, decay and dtype ledgers live in ``dynamics.gauge``, the
+rank-scaling ledger in ``dynamics.rank_scaling``; both are re-exported here.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
     R("composition-across-bases", _ID, "§0x05A",
       "adapters summed statically share one base checkpoint",
       "composing adapters whose configs name different base models",
-      "gaugelab.lowrank.composition.ledger.compose_adapters",
+      "gaugelab.lowrank.composition.adapters.compose_adapters",
       "the composed ΔW adds deltas from different coordinate systems",
       "the composition stage: rebuild the adapters on one base",
       "the same base name does not prove the same base weights",
