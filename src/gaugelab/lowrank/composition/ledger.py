@@ -18,8 +18,8 @@ never re-derives a scale from the composed width.
   a finite input set (§0x05F: in general it does not);
 * :func:`staged_expansion_report` — merge stage by stage: per-stage rank, total rank, bases and
   task metrics (§0x05G);
-* :func:`~gaugelab.lowrank.composition.adapters.compose_adapters` — all of it for PEFT adapters, written as a
-  PEFT adapter.
+* :func:`~gaugelab.lowrank.composition.adapters.compose_adapters` — all of it for PEFT
+  adapters, written as a PEFT adapter.
 """
 
 from __future__ import annotations
