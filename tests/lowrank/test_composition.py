@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from gaugelab.adapters import Adapter, AdapterModule
+from gaugelab.lowrank.composition.adapters import compose_adapters
 from gaugelab.lowrank.composition.ledger import (
-    compose_adapters,
     compose_static,
     compress,
     interference,

@@ -203,8 +203,8 @@ def inspect(
     """
     from gaugelab.cli.bench import pinned_threads
     from gaugelab.experiments.lora.run import inspect_tables, run_lora_inspect
-    from gaugelab.study.experiment import ArtifactError
     from gaugelab.study.store.db import StoreError
+    from gaugelab.study.store.results import ArtifactError
 
     console = wide_console()
     try:

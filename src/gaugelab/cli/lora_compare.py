@@ -116,8 +116,8 @@ def compare(
     from gaugelab.cli.bench import pinned_threads
     from gaugelab.experiments.lora_compare.run import run_lora_compare
     from gaugelab.experiments.lora_compare.views import compare_tables
-    from gaugelab.study.experiment import ArtifactError
     from gaugelab.study.store.db import StoreError
+    from gaugelab.study.store.results import ArtifactError
 
     console = wide_console()
     try:
@@ -207,8 +207,8 @@ def compose(
     from gaugelab.cli.bench import pinned_threads
     from gaugelab.experiments.lora_compare.run import run_lora_compose
     from gaugelab.experiments.lora_compare.views import compose_tables
-    from gaugelab.study.experiment import ArtifactError
     from gaugelab.study.store.db import StoreError
+    from gaugelab.study.store.results import ArtifactError
 
     console = wide_console()
     try:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
-from gaugelab.study.experiment import UNVERIFIED, study_row
 from gaugelab.study.report.summary import write_study_report
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.results import UNVERIFIED
 
 EXPERIMENTS: dict[str, str] = {
     "zoo": "gaugelab.experiments.sensing.zoo",
@@ -70,7 +70,7 @@ def report_study(store: RunStore, study: str, out_dir: str | os.PathLike[str]) -
         ValueError: unknown study.
         FileExistsError: ``out_dir`` already holds a report or figures; nothing is written.
     """
-    kind = study_row(store, study).kind
+    kind = store.study_row(study).kind
     experiment = experiment_module(kind)
     if experiment is None:
         return WrittenReport(write_study_report(store, study, out_dir))

@@ -12,19 +12,16 @@ against the sha256 the store recorded when the run wrote it, and a mismatch is a
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from gaugelab.study.report.builder import RunSummary, new_report_dir
-from gaugelab.study.store.db import DEFAULT_STORE_PATH, ArtifactRow, RunStore, StoreError, StudyRow
+from gaugelab.study.report.builder import new_report_dir
+from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 if TYPE_CHECKING:  # the executors are imported by run_experiment, which runs a study
-    from gaugelab.study.stats.paired import PairedComparison
     from gaugelab.study.sweep import Sweep, SweepResult
 
 R = TypeVar("R")
@@ -159,164 +156,4 @@ def joined(first: SweepResult, second: SweepResult) -> SweepResult:
     )
 
 
-def study_row(store: RunStore, study: str) -> StudyRow:
-    """The store's record of ``study``.
 
-    Raises:
-        ValueError: no such study (the message lists the known ones).
-    """
-    rows = store.studies()
-    for row in rows:
-        if row.name == study:
-            return row
-    known = ", ".join(repr(r.name) for r in rows) or "none"
-    raise ValueError(f"unknown study {study!r} in {store.path}; known: {known}")
-
-
-def study_of_kind(store: RunStore, study: str, spec_class: type) -> StudyRow:
-    """:func:`study_row` of ``study``, checked to be of ``spec_class.kind``.
-
-    Raises:
-        ValueError: no such study, or one of another kind.
-    """
-    row = study_row(store, study)
-    if row.kind != spec_class.kind:
-        raise ValueError(
-            f"collect: study {study!r} is a {row.kind!r} study, not a {spec_class.kind!r} study"
-        )
-    return row
-
-
-UNVERIFIED = "unverified"
-"""The read-back state of a completed run whose artifact fails verification (not a termination
-class of the store: the attempt did complete; its file changed afterwards)."""
-
-
-class ArtifactError(StoreError):
-    """A file a run wrote is missing, unreadable, or differs from the sha256 the store recorded
-    for it. The message names the file and the run."""
-
-
-def verified_bytes(artifact: ArtifactRow) -> bytes:
-    """The bytes of a stored artifact, checked against the sha256 recorded when it was written.
-
-    The file is read once and the digest is taken of the bytes returned, so nothing unverified
-    is ever parsed.
-
-    Raises:
-        ArtifactError: the file is missing or unreadable, or its sha256 differs.
-    """
-    where = f"run {artifact.run[:12]} (attempt {artifact.ordinal})"
-    try:
-        data = artifact.path.read_bytes()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ArtifactError(f"{artifact.path}: {artifact.kind} file of {where}: {reason}") from None
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != artifact.sha256:
-        raise ArtifactError(
-            f"{artifact.path}: {artifact.kind} file of {where} has sha256 {digest[:16]}…, not "
-            f"the {artifact.sha256[:16]}… the store recorded; it changed after the run wrote it"
-        )
-    return data
-
-
-def verified_json(artifact: ArtifactRow) -> Any:
-    """A stored JSON artifact, parsed only after :func:`verified_bytes` has checked it.
-
-    Raises:
-        ArtifactError: as :func:`verified_bytes`, or the verified bytes are not UTF-8 JSON
-            (a file that was already malformed when the run recorded it).
-    """
-    data = verified_bytes(artifact)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ArtifactError(
-            f"{artifact.path}: {artifact.kind} file of run {artifact.run[:12]} is not JSON ({exc})"
-        ) from None
-
-
-@dataclass
-class RunState:
-    """One run of a study as read back from the store.
-
-    Attributes:
-        identity: the run identity.
-        spec: the run's spec fields (JSON mode).
-        termination: the latest attempt's termination class, ``"open"`` while it runs,
-            ``"not run"``, or :data:`UNVERIFIED` when the run completed but a file it wrote no
-            longer matches the store's record (the run is then left out of the results).
-        message: that attempt's message (for :data:`UNVERIFIED`: which file, and why).
-    """
-
-    identity: str
-    spec: dict[str, Any]
-    termination: str
-    message: str
-
-    @property
-    def completed(self) -> bool:
-        """The latest attempt completed (and, once read back, its files verified)."""
-        return self.termination == "completed"
-
-    def unverified(self, error: ArtifactError) -> RunState:
-        """This run as :data:`UNVERIFIED`, with ``error`` and what to do as the message."""
-        message = f"{error}; rerun the same command to execute the run again"
-        return RunState(self.identity, self.spec, UNVERIFIED, message)
-
-    def summary(self, label: str, **metrics: Any) -> RunSummary:
-        """The report's line for this run."""
-        return RunSummary(self.identity, self.termination, label, dict(metrics))
-
-
-def run_states(store: RunStore, study: str) -> list[RunState]:
-    """Every run of ``study`` with its latest attempt's termination, oldest first."""
-    states = []
-    for run in store.runs(study):
-        attempts = store.attempts(run.identity)
-        last = attempts[-1] if attempts else None
-        termination = "not run" if last is None else (last.termination or "open")
-        states.append(RunState(run.identity, run.spec, termination, last.message if last else ""))
-    return states
-
-
-def paired_columns() -> list[str]:
-    """The column headers of :func:`paired_cells`."""
-    return ["pairs", "mean difference", "95% interval", "range"]
-
-
-def paired_cells(comparison: PairedComparison) -> list[Any]:
-    """A paired comparison as table cells: n, mean, the bootstrap interval (or why there is
-    none: a single pair gives a range only), and the range of the per-seed differences."""
-    lo, hi = comparison.range
-    interval = (
-        f"[{comparison.interval[0]:.3g}, {comparison.interval[1]:.3g}]"
-        if comparison.interval is not None
-        else "— (one pair: range only)"
-    )
-    return [len(comparison.seeds), comparison.mean, interval, f"[{lo:.3g}, {hi:.3g}]"]
-
-
-def completed_result(store: RunStore, state: RunState) -> tuple[RunState, dict[str, Any] | None]:
-    """The verified ``result`` artifact (JSON) of a completed run's latest completed attempt.
-
-    Returns:
-        ``(state, data)``: ``data`` is ``None`` for a run that did not complete; a completed
-        run whose result file is missing or changed comes back as ``state.unverified(…)``
-        with ``None``.
-    """
-    if not state.completed:
-        return state, None
-    ordinal = [a.ordinal for a in store.attempts(state.identity) if a.termination == "completed"]
-    found = [
-        a
-        for a in store.artifacts(state.identity)
-        if a.kind == "result" and a.ordinal == ordinal[-1]
-    ]
-    try:
-        if not found:
-            raise ArtifactError(f"run {state.identity[:12]} recorded no result file")
-        return state, verified_json(found[-1])
-    except ArtifactError as exc:
-        return state.unverified(exc), None

@@ -27,14 +27,9 @@ from gaugelab.lowrank.intrinsic.protocol import (
     TrialRecord,
     estimate_from_records,
 )
-from gaugelab.study.experiment import (
-    RunState,
-    completed_result,
-    run_states,
-    study_of_kind,
-)
 from gaugelab.study.report import builder as rep
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.results import RunState
 
 __all__ = ["IntrinsicResult", "collect", "figure", "report", "tables"]
 
@@ -73,11 +68,11 @@ def collect(store: RunStore, study: str) -> IntrinsicResult:
     Raises:
         ValueError: no such study, or not an ``intrinsic-dim`` study.
     """
-    row = study_of_kind(store, study, IntrinsicSpec)
+    row = store.study_of_kind(study, IntrinsicSpec)
     spec = IntrinsicSpec.model_validate(row.spec)
     full, records, states, base = [], [], [], None
-    for state in run_states(store, study):
-        state, data = completed_result(store, state)
+    for state in store.run_states(study):
+        state, data = store.completed_result(state)
         states.append(state)
         s = state.spec
         if data is not None and base is None:
@@ -165,7 +160,7 @@ def collect(store: RunStore, study: str) -> IntrinsicResult:
 def _ledger(store: RunStore, state: RunState) -> dict[str, Any]:
     """The study's coordinate ledger from a completed, non-degenerate trial (the per-trial
     ``d`` and shared width dropped: they vary along the grid)."""
-    _, data = completed_result(store, state)
+    _, data = store.completed_result(state)
     if data is None or data.get("status") != "completed":
         return {}
     ledger = dict(data.get("ledger", {}))

@@ -40,7 +40,6 @@ from gaugelab.lowrank.intrinsic.protocol import (
     make_projection,
 )
 from gaugelab.optim import Adam
-from gaugelab.study.experiment import ArtifactError, verified_bytes
 from gaugelab.study.runner import AdmissionError
 from gaugelab.tasks.digits import DigitsSplits, digits_splits
 
@@ -192,16 +191,12 @@ def pretrain_weights(store: Any, spec: DigitsPretrainSpec) -> dict[str, torch.Te
         AdmissionError: not completed; ArtifactError: its weights file changed or is missing.
     """
     identity = spec.identity()
-    done = [a.ordinal for a in store.attempts(identity) if a.termination == "completed"]
-    if not done:
+    if not store.completed(identity):
         raise AdmissionError(
             f"the digits pretrain run {identity[:12]} has not completed in "
             f"{store.path}; run_intrinsic_dim runs it first"
         )
-    found = [a for a in store.artifacts(identity) if a.kind == "weights" and a.ordinal == done[-1]]
-    if not found:
-        raise ArtifactError(f"the digits pretrain run {identity[:12]} recorded no weights file")
-    return safetensors.torch.load(verified_bytes(found[-1]))
+    return safetensors.torch.load(store.result(identity, "weights").data)
 
 
 def _digits_sampler(data: DigitsSplits) -> Callable[[torch.Generator, int], Batch]:

@@ -17,14 +17,8 @@ import torch
 from gaugelab.experiments.learn_forget.spec import LearnForgetSpec
 from gaugelab.experiments.learn_forget.train import state_name
 from gaugelab.experiments.lora.train import Curves
-from gaugelab.study.experiment import (
-    ArtifactError,
-    RunState,
-    completed_result,
-    run_states,
-    verified_bytes,
-)
 from gaugelab.study.store.db import ArtifactRow, RunStore
+from gaugelab.study.store.results import ArtifactError, RunState, verified_bytes
 
 __all__ = ["Cell", "read_cells", "read_state"]
 
@@ -93,12 +87,12 @@ def read_cells(store: RunStore, study: str, spec: LearnForgetSpec) -> list[Cell]
     }
     cells = []
     kinds = {r.identity: r.kind for r in store.runs(study)}
-    for run in run_states(store, study):
+    for run in store.run_states(study):
         if kinds.get(run.identity) != LearnForgetSpec.kind:  # e.g. the sealed test's run
             continue
         run_spec = LearnForgetSpec.model_validate(run.spec)
         method, rank = run_spec.candidate_method()
-        state, data = completed_result(store, run)
+        state, data = store.completed_result(run)
         cell = Cell(run_spec.block, run_spec.candidate, method, rank, run_spec, state)
         if data is not None:
             cell.curves = Curves(**data["curves"])

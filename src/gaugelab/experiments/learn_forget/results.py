@@ -25,7 +25,6 @@ from gaugelab.experiments.learn_forget.decide import (
 )
 from gaugelab.experiments.learn_forget.design import design_manifest, nuisance_tuples
 from gaugelab.experiments.learn_forget.spec import LearnForgetSpec
-from gaugelab.study.experiment import study_of_kind
 from gaugelab.study.release.design import PairedContrast, paired_contrast
 from gaugelab.study.store.db import RunStore
 
@@ -105,7 +104,7 @@ def collect(store: RunStore, study: str, *, release: bool = False) -> LearnForge
         SelectionError: (``release``) a record fails closed.
         SealedTestError, DesignChanged: (``release``) the seal refuses the opening.
     """
-    row = study_of_kind(store, study, LearnForgetSpec)
+    row = store.study_of_kind(study, LearnForgetSpec)
     spec = LearnForgetSpec.model_validate(row.spec)
     cells = read_cells(store, study, spec)
     measured = {b: measure(store, spec, cells, b) for b in spec.blocks()}

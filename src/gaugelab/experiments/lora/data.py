@@ -17,7 +17,6 @@ import torch
 from gaugelab.adapters import Adapter
 from gaugelab.experiments.lora.spec import PretrainSpec
 from gaugelab.models import Transformer
-from gaugelab.study.experiment import ArtifactError, verified_bytes
 from gaugelab.study.runner import AdmissionError
 from gaugelab.tasks import TwoDomainSpec, TwoDomainText
 
@@ -77,16 +76,12 @@ def pretrain_weights(store: Any, spec: PretrainSpec) -> dict[str, torch.Tensor]:
         ArtifactError: the weights file is missing or changed since the run wrote it.
     """
     identity = spec.identity()
-    done = [a.ordinal for a in store.attempts(identity) if a.termination == "completed"]
-    if not done:
+    if not store.completed(identity):
         raise AdmissionError(
             f"the pretrain run {identity[:12]} has not completed in {store.path}; run the "
             "study with run_lora_finetune (gaugelab lora finetune), which runs it first"
         )
-    found = [a for a in store.artifacts(identity) if a.kind == "weights" and a.ordinal == done[-1]]
-    if not found:
-        raise ArtifactError(f"the pretrain run {identity[:12]} recorded no weights file")
-    return safetensors.torch.load(verified_bytes(found[-1]))
+    return safetensors.torch.load(store.result(identity, "weights").data)
 
 
 def base_model(spec: PretrainSpec, weights: dict[str, torch.Tensor], d_vocab: int) -> Transformer:

@@ -21,14 +21,9 @@ from matplotlib.figure import Figure
 
 from gaugelab.experiments.lora.spec import FinetuneSpec
 from gaugelab.experiments.lora.train import Curves
-from gaugelab.study.experiment import (
-    RunState,
-    completed_result,
-    run_states,
-    study_of_kind,
-)
 from gaugelab.study.report import builder as rep
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.results import RunState
 
 
 @dataclass
@@ -101,20 +96,20 @@ def collect(store: RunStore, study: str) -> LoraResult:
     Raises:
         ValueError: no such study, or it is not a ``lora-finetune`` study.
     """
-    row = study_of_kind(store, study, FinetuneSpec)
+    row = store.study_of_kind(study, FinetuneSpec)
     spec = FinetuneSpec.model_validate(row.spec)
-    state, data = completed_result(store, _state(store, spec.pretrain.identity()))
+    state, data = store.completed_result(_state(store, spec.pretrain.identity()))
     pretrain = Candidate("pretrained", "pretrain", None, state)
     if data is not None:
         pretrain.curves, pretrain.seconds = Curves(**data["curves"]), data["seconds"]
         pretrain.trainable_parameters, pretrain.seeds = data["parameters"], [0]
     by_label: dict[str, Candidate] = {}
-    for run in run_states(store, study):
+    for run in store.run_states(study):
         s = run.spec
         method = "full" if s["full"] else "lora"
         rank = None if s["full"] else s["ranks"][0]
         label = "full" if rank is None else f"lora r={rank}"
-        state, data = completed_result(store, run)
+        state, data = store.completed_result(run)
         candidate = Candidate(label, method, rank, state, list(s["seeds"]))
         if data is not None:
             candidate.curves = Curves(**data["curves"])

@@ -25,8 +25,8 @@ from gaugelab.experiments.lora.data import (
     read_adapter_bytes,
 )
 from gaugelab.experiments.lora.spec import FinetuneSpec, PretrainSpec
-from gaugelab.study.experiment import ArtifactError, verified_bytes, verified_json
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.results import ArtifactError, verified_bytes
 from gaugelab.tasks import TwoDomainSpec
 
 __all__ = ["CANDIDATE", "Found", "Source", "candidate_run", "find", "open_store", "resolve_path",
@@ -139,14 +139,12 @@ def resolve_run(store: RunStore, prefix: str, seed: int | None) -> Source:
             "folder"
         )
     spec = FinetuneSpec.model_validate(row.spec)
-    done = [a.ordinal for a in store.attempts(row.identity) if a.termination == "completed"]
-    if not done:
+    if not store.completed(row.identity):
         raise ValueError(f"inspect_lora: run {row.identity[:12]} has not completed")
     seed = spec.seeds[0] if seed is None else seed
     if seed not in spec.seeds:
         raise ValueError(f"inspect_lora: seed={seed}; allowed: {', '.join(map(str, spec.seeds))}")
-    artifacts = [a for a in store.artifacts(row.identity) if a.ordinal == done[-1]]
-    result = verified_json(next(a for a in artifacts if a.kind == "result"))
+    result = store.result(row.identity).json()
     name = result["files"][str(seed)]
     method, rank = spec.candidate
     label = "full" if rank is None else f"lora r={rank}"
@@ -157,13 +155,12 @@ def resolve_run(store: RunStore, prefix: str, seed: int | None) -> Source:
     weights = pretrain_weights(store, spec.pretrain)
     where = f"run {row.identity[:12]}"
     if method == "lora":
-        files = {a.path.name: verified_bytes(a) for a in artifacts
-                 if a.kind == "adapter" and a.path.parent.name == name}  # fmt: skip
+        adapter = store.completed_files(row.identity, "adapter")
+        files = {a.path.name: verified_bytes(a) for a in adapter if a.path.parent.name == name}
         return _from_adapter(read_adapter_bytes(files), where, store, label=label, seed=seed,
                              pretrain=spec.pretrain, weights=weights, logged=logged,
                              target_corpus=spec.target_corpus)  # fmt: skip
-    data = verified_bytes(next(a for a in artifacts if a.kind == "deltas" and a.path.name == name))
-    deltas = safetensors.torch.load(data)
+    deltas = safetensors.torch.load(store.result(row.identity, "deltas", name=name).data)
     targets = tuple(spec.targets)
     dense, others = {}, {}
     for key, value in deltas.items():

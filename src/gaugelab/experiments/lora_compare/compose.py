@@ -22,12 +22,8 @@ from gaugelab.experiments.lora.ladder import capture_inputs
 from gaugelab.experiments.lora.sources import Found, find, open_store
 from gaugelab.experiments.lora.spec import order
 from gaugelab.experiments.lora_compare.sources import losses, merged_model, target_batches
-from gaugelab.lowrank.composition.ledger import (
-    ModuleLedger,
-    compose_adapters,
-    interference,
-    staged_expansion_report,
-)
+from gaugelab.lowrank.composition.adapters import ModuleLedger, compose_adapters
+from gaugelab.lowrank.composition.ledger import interference, staged_expansion_report
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["ComposeResult", "OutputInterference", "check_base_shapes", "compose_lora"]

@@ -19,10 +19,10 @@ from matplotlib.figure import Figure
 
 from gaugelab.experiments.lora.results import _state
 from gaugelab.experiments.lora_kernel.spec import KernelSpec
-from gaugelab.study.experiment import RunState, completed_result, run_states, study_of_kind
 from gaugelab.study.report import builder as rep
 from gaugelab.study.report.figures import step_axis
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.results import RunState
 
 DIAGNOSTICS: tuple[tuple[str, str], ...] = (
     ("r_lin", "R_lin (linearization residual)"),
@@ -77,12 +77,12 @@ def collect(store: RunStore, study: str) -> KernelResult:
     Raises:
         ValueError: no such study, or it is not a ``lora-kernel`` study.
     """
-    row = study_of_kind(store, study, KernelSpec)
+    row = store.study_of_kind(study, KernelSpec)
     spec = KernelSpec.model_validate(row.spec)
     pretrain = _state(store, spec.pretrain.identity())
     by_opt = {}
-    for run in run_states(store, study):
-        state, data = completed_result(store, run)
+    for run in store.run_states(study):
+        state, data = store.completed_result(run)
         by_opt[run.spec["optimizers"][0]] = OptimizerRun(run.spec["optimizers"][0], state, data)
     ordered = [by_opt[o] for o in spec.optimizers if o in by_opt]
     return KernelResult(spec, study, pretrain, ordered)

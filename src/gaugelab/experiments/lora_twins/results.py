@@ -19,10 +19,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gaugelab.experiments.lora_twins.spec import LORA_TWIN_OPTIMIZERS, TWIN_NAMES, LoraTwinSpec
-from gaugelab.study.experiment import RunState, completed_result, run_states, study_of_kind
 from gaugelab.study.report import builder as rep
 from gaugelab.study.report.figures import step_axis
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.results import RunState
 
 __all__ = [
     "LoraTwinRow",
@@ -90,11 +90,11 @@ def collect(store: RunStore, study: str) -> LoraTwinsResult:
     Raises:
         ValueError: no such study, or not a ``lora-twins`` study.
     """
-    row = study_of_kind(store, study, LoraTwinSpec)
+    row = store.study_of_kind(study, LoraTwinSpec)
     spec = LoraTwinSpec.model_validate(row.spec)
     rows = []
-    for run in run_states(store, study):
-        state, data = completed_result(store, run)
+    for run in store.run_states(study):
+        state, data = store.completed_result(run)
         item = LoraTwinRow(run.spec.get("optimizer", "?"), state)
         if data is not None:
             item.lr = data["lr"]

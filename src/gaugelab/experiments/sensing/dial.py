@@ -32,10 +32,7 @@ from gaugelab.experiments.sensing.spec import (
     dial_label,
 )
 from gaugelab.experiments.sensing.views import dial_report, dial_tables
-from gaugelab.study.experiment import (
-    StudyOutcome,
-    run_experiment,
-)
+from gaugelab.study.experiment import StudyOutcome, run_experiment
 from gaugelab.study.report.builder import Table
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import Sweep

@@ -17,13 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from gaugelab.experiments.sensing.problem import SensingExperiment
-from gaugelab.study.experiment import (
-    ArtifactError,
-    RunState,
-    run_states,
-    study_of_kind,
-    verified_json,
-)
+from gaugelab.study.store.results import ArtifactError, RunState, verified_json
 
 __all__ = [
     "BUDGET",
@@ -155,8 +149,8 @@ def read_study(store: Any, study: str, spec_class: type[S]) -> tuple[S, list[Run
     Raises:
         ValueError: no such study, or one of another kind than ``spec_class``.
     """
-    row = study_of_kind(store, study, spec_class)
-    runs = run_states(store, study)
+    row = store.study_of_kind(study, spec_class)
+    runs = store.run_states(study)
     results: dict[str, RuleResult] = {}
     for i, run in enumerate(runs):
         if run.completed:
@@ -176,19 +170,13 @@ def read_results(store: Any, identity: str) -> dict[str, RuleResult]:
         ArtifactError: a result file is missing, changed since the run wrote it, or not a
             rule result (the message names the file and the run).
     """
-    attempts = [a for a in store.attempts(identity) if a.termination == "completed"]
-    if not attempts:
-        return {}
-    ordinal = attempts[-1].ordinal
     results = {}
-    for art in store.artifacts(identity):
-        if art.kind == "result" and art.ordinal == ordinal:
-            data = verified_json(art)
-            try:
-                result = RuleResult.from_dict(data)
-            except TypeError as exc:
-                raise ArtifactError(
-                    f"{art.path}: result file of run {identity[:12]} is not a rule result ({exc})"
-                ) from None
-            results[result.rule] = result
+    for art in store.completed_files(identity, "result"):
+        try:
+            result = RuleResult.from_dict(verified_json(art))
+        except TypeError as exc:
+            raise ArtifactError(
+                f"{art.path}: result file of run {identity[:12]} is not a rule result ({exc})"
+            ) from None
+        results[result.rule] = result
     return results

@@ -24,9 +24,7 @@ from gaugelab.experiments.sensing.spec import (
 )
 from gaugelab.experiments.sensing.split import SplitVerdict
 from gaugelab.optim import CLAIMS, EQUIVARIANT
-from gaugelab.study.experiment import (
-    RunState,
-)
+from gaugelab.study.store.results import RunState
 
 
 def rule_class(rule: str) -> str:

@@ -21,9 +21,15 @@ from gaugelab.experiments.sensing.problem import (
 )
 from gaugelab.experiments.sensing.records import DIVERGED, INTERPOLATED
 from gaugelab.experiments.sensing.results import DialResult, ZooResult, ZooRow
-from gaugelab.study.experiment import paired_cells, paired_columns
-from gaugelab.study.report.builder import Failure, StudyReport, Table, format_number, write_report
-from gaugelab.study.stats.paired import paired_differences
+from gaugelab.study.report.builder import (
+    Failure,
+    RunSummary,
+    StudyReport,
+    Table,
+    format_number,
+    write_report,
+)
+from gaugelab.study.stats.paired import paired_cells, paired_columns, paired_differences
 
 __all__ = ["dial_report", "dial_tables", "zoo_report", "zoo_tables"]
 
@@ -178,7 +184,7 @@ def zoo_tables(result: ZooResult) -> list[Table]:
 
 
 def _runs(result) -> tuple[list, list[Failure]]:
-    runs = [r.summary(_run_label(r.spec)) for r in result.runs]
+    runs = [RunSummary(r.identity, r.termination, _run_label(r.spec)) for r in result.runs]
     failures = [Failure(r.identity, r.termination, r.message) for r in result.failures]
     return runs, failures
 

@@ -33,10 +33,7 @@ from gaugelab.experiments.sensing.results import ZooResult, ZooRow, rule_class
 from gaugelab.experiments.sensing.spec import DECAYED, ZOO_RULES, ZooSpec, default_study_name
 from gaugelab.experiments.sensing.split import SplitVerdict, split_verdict
 from gaugelab.experiments.sensing.views import zoo_report, zoo_tables
-from gaugelab.study.experiment import (
-    StudyOutcome,
-    run_experiment,
-)
+from gaugelab.study.experiment import StudyOutcome, run_experiment
 from gaugelab.study.report.builder import Table
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import Sweep

@@ -18,14 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from gaugelab.experiments.twins.spec import TwinSpec
-from gaugelab.study.experiment import (
-    ArtifactError,
-    run_states,
-    study_row,
-    verified_json,
-)
 from gaugelab.study.stats.paired import PairedComparison, paired_differences
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.results import ArtifactError, verified_json
 
 TABLE_STEPS = (1, 10, 100)
 
@@ -121,18 +116,16 @@ def _verdict(store: RunStore, identity: str) -> tuple[str, str]:
         ArtifactError: the summary is missing, changed since the run wrote it, or not a twin
             summary (the message names the file and the run).
     """
-    attempts = [a for a in store.attempts(identity) if a.termination == "completed"]
-    for art in store.artifacts(identity):
-        if art.kind == "summary" and attempts and art.ordinal == attempts[-1].ordinal:
-            summary = verified_json(art)
-            verdict = summary.get("verdict") if isinstance(summary, dict) else None
-            explanation = summary.get("explanation") if isinstance(summary, dict) else None
-            if not isinstance(verdict, str) or not isinstance(explanation, str):
-                raise ArtifactError(
-                    f"{art.path}: summary file of run {identity[:12]} is not a twin summary "
-                    "(no verdict and explanation strings)"
-                )
-            return verdict, explanation
+    for art in store.completed_files(identity, "summary"):
+        summary = verified_json(art)
+        verdict = summary.get("verdict") if isinstance(summary, dict) else None
+        explanation = summary.get("explanation") if isinstance(summary, dict) else None
+        if not isinstance(verdict, str) or not isinstance(explanation, str):
+            raise ArtifactError(
+                f"{art.path}: summary file of run {identity[:12]} is not a twin summary "
+                "(no verdict and explanation strings)"
+            )
+        return verdict, explanation
     return "", ""
 
 
@@ -147,12 +140,12 @@ def collect(store: RunStore, study: str) -> TwinsResult:
     Raises:
         ValueError: no such study, or it is not a twin study.
     """
-    row = study_row(store, study)
+    row = store.study_row(study)
     if row.kind != "twins":
         raise ValueError(f"collect: study {study!r} is a {row.kind!r} study, not a twin study")
     base_init = row.spec["twin"]["init_seed"]
     rows = []
-    for run in run_states(store, study):
+    for run in store.run_states(study):
         if run.completed:
             try:
                 verdict = _verdict(store, run.identity)

@@ -12,11 +12,8 @@ from pathlib import Path
 
 from gaugelab.experiments.twins.figures import optimizer_colors, twin_panels
 from gaugelab.experiments.twins.results import TABLE_STEPS, TwinsResult
-from gaugelab.study.experiment import (
-    paired_cells,
-    paired_columns,
-)
 from gaugelab.study.report import builder as rep
+from gaugelab.study.stats.paired import paired_cells, paired_columns
 
 
 def _fmt(x: float | None) -> str:

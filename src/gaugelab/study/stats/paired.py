@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["PairedComparison", "paired_differences"]
+__all__ = ["PairedComparison", "paired_cells", "paired_columns", "paired_differences"]
 
 _BOOT_CHUNK = 1 << 20  # resample indices drawn per block, bounds memory at ~8 MiB
 
@@ -167,3 +168,20 @@ def paired_differences(
         n_boot=int(n_boot),
         note=note,
     )
+
+
+def paired_columns() -> list[str]:
+    """The column headers of :func:`paired_cells`."""
+    return ["pairs", "mean difference", "95% interval", "range"]
+
+
+def paired_cells(comparison: PairedComparison) -> list[Any]:
+    """A paired comparison as table cells: n, mean, the bootstrap interval (or why there is
+    none: a single pair gives a range only), and the range of the per-seed differences."""
+    lo, hi = comparison.range
+    interval = (
+        f"[{comparison.interval[0]:.3g}, {comparison.interval[1]:.3g}]"
+        if comparison.interval is not None
+        else "— (one pair: range only)"
+    )
+    return [len(comparison.seeds), comparison.mean, interval, f"[{lo:.3g}, {hi:.3g}]"]

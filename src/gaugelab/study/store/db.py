@@ -47,6 +47,7 @@ from gaugelab.study.store.queries import (
     _exists,
     file_sha256,
 )
+from gaugelab.study.store.results import ResultReader
 from gaugelab.study.store.storefile import (
     APPLICATION_ID,
     SCHEMA_VERSION,
@@ -80,7 +81,7 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-class RunStore(AttemptClaims, StoreQueries):
+class RunStore(AttemptClaims, StoreQueries, ResultReader):
     """An open run store (one SQLite connection).
 
     Args:
