@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
+from gaugelab.study.experiment import Experiment
 from gaugelab.study.report.summary import write_study_report
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.store.results import UNVERIFIED
 
-EXPERIMENTS: dict[str, str] = {
+_PLACES: dict[str, str] = {
     "zoo": "gaugelab.experiments.sensing.zoo",
     "dial": "gaugelab.experiments.sensing.dial",
     "twins": "gaugelab.experiments.twins.run",
@@ -30,13 +31,28 @@ EXPERIMENTS: dict[str, str] = {
     "lora-kernel": "gaugelab.experiments.lora_kernel.run",
     "learn-forget": "gaugelab.experiments.learn_forget.run",
 }
-"""Study kind → the experiment module (``collect``, ``tables``, ``report``), imported on use."""
 
 
-def experiment_module(kind: str | None) -> ModuleType | None:
-    """The experiment module of study kind ``kind`` (imported now), or None for another kind."""
-    name = EXPERIMENTS.get(kind or "")
-    return None if name is None else importlib.import_module(name)
+class _Registry(Mapping[str, Experiment]):
+    """Study kind → its :class:`Experiment`; a record's module is imported when it is first read
+    (an experiment imports torch, and ``gaugelab report`` of one study needs only its own)."""
+
+    def __getitem__(self, kind: str) -> Experiment:
+        if kind not in _PLACES:
+            raise KeyError(kind)
+        return importlib.import_module(_PLACES[kind]).EXPERIMENT
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_PLACES)
+
+    def __len__(self) -> int:
+        return len(_PLACES)
+
+
+REGISTRY: Mapping[str, Experiment] = _Registry()
+"""Every experiment by study kind: ``REGISTRY["zoo"].run(spec)``,
+``REGISTRY[kind].collect(store, study)``. The CLI, ``gaugelab report``, the docs tests and
+``gaugelab bench`` find experiments here."""
 
 
 @dataclass(frozen=True)
@@ -71,7 +87,7 @@ def report_study(store: RunStore, study: str, out_dir: str | os.PathLike[str]) -
         FileExistsError: ``out_dir`` already holds a report or figures; nothing is written.
     """
     kind = store.study_row(study).kind
-    experiment = experiment_module(kind)
+    experiment = REGISTRY.get(kind)
     if experiment is None:
         return WrittenReport(write_study_report(store, study, out_dir))
     folder = Path(out_dir)

@@ -1,30 +1,40 @@
-"""What every experiment shares: run its plan through the one executor, collect, report.
+"""What every experiment is, and what running one does.
 
-An experiment module supplies ``plan(spec) -> Sweep``, ``collect(store, study) -> Result`` and
-``report(result, out_dir) -> Path``; :func:`run_experiment` runs the plan with
-:func:`gaugelab.study.run_sweep`, collects the result from the store and writes the report into
-a new folder, and returns all three as a :class:`StudyOutcome`.
+:class:`Experiment` is the record every experiment package exports (``EXPERIMENT``; all of
+them in :data:`gaugelab.experiments.registry.REGISTRY`): its study kind, its spec and result
+types, ``plan(spec) -> Sweep``, ``collect(store, study) -> Result`` (read back verified, through
+:mod:`gaugelab.study.store.results`), ``tables(result)``, ``report(result, out_dir)``, the
+one-call ``run(spec, **options) -> StudyOutcome`` and the result's versioned JSON form
+(:meth:`Experiment.to_json` / :meth:`Experiment.from_json`).
 
-Nothing read back is trusted unverified: :func:`verified_json` checks a result artifact's bytes
-against the sha256 the store recorded when the run wrote it, and a mismatch is an
-:class:`ArtifactError` naming the file and the run.
+:func:`run_experiment` is what every ``run`` does: the plan through
+:func:`gaugelab.study.run_sweep`, the result collected from the store, the report written into
+a new folder, all three returned as a :class:`StudyOutcome`.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Generic, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import pydantic
 
 from gaugelab.study.report.builder import new_report_dir
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 if TYPE_CHECKING:  # the executors are imported by run_experiment, which runs a study
+    from gaugelab.study.report.builder import Table
+    from gaugelab.study.spec import ExperimentSpec
     from gaugelab.study.sweep import Sweep, SweepResult
 
 R = TypeVar("R")
+S = TypeVar("S", bound="ExperimentSpec")
 
 
 @dataclass
@@ -156,4 +166,85 @@ def joined(first: SweepResult, second: SweepResult) -> SweepResult:
     )
 
 
+def _plain(value: Any) -> Any:
+    """What JSON cannot hold natively, as it can (read-only mappings of the release records)."""
+    if isinstance(value, MappingProxyType):
+        return dict(value)
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")
 
+
+@dataclass(frozen=True)
+class Experiment(Generic[S, R]):
+    """An experiment: what it runs, how it reads its result back, and how it shows it.
+
+    Attributes:
+        kind: the study kind (``"zoo"``, ``"twins"``, …; the ``kind`` of the study's spec).
+        spec: the study's spec type (frozen, content-hashed; every default the protocol's).
+        result: the typed result ``collect`` returns.
+        plan: ``plan(spec) -> Sweep``: the study's runs.
+        collect: ``collect(store, study) -> result``: read back from the run store, every file
+            verified against the store's sha256.
+        tables: ``tables(result) -> list[Table]``: what the CLI prints and the report shows.
+        report: ``report(result, out_dir) -> Path``: figures and the HTML report.
+        run: ``run(spec=None, **options) -> StudyOutcome``: all of it at once.
+        version: the version of the result's JSON form (raised when ``result`` changes shape).
+    """
+
+    kind: str
+    spec: type[S]
+    result: type[R]
+    plan: Callable[..., Sweep]
+    collect: Callable[[RunStore, str], R]
+    tables: Callable[[R], Sequence[Table]]
+    report: Callable[[R, str | os.PathLike[str]], Path]
+    run: Callable[..., StudyOutcome[R]]
+    version: int = 1
+
+    @functools.cached_property
+    def _envelope(self) -> type[pydantic.BaseModel]:
+        return pydantic.create_model(
+            f"{self.result.__name__}Envelope",
+            __config__=pydantic.ConfigDict(
+                ser_json_inf_nan="strings", arbitrary_types_allowed=True
+            ),
+            kind=(str, ...),
+            version=(int, ...),
+            result=(self.result, ...),
+        )
+
+    def to_json(self, result: R) -> str:
+        """``{"kind", "version", "result"}`` as JSON; NaN and ±inf as ``"NaN"``/``"Infinity"``.
+
+        Raises:
+            TypeError: ``result`` is not of this experiment's result type.
+        """
+        if not isinstance(result, self.result):
+            raise TypeError(
+                f"{self.kind}.to_json: a {type(result).__name__}; allowed: {self.result.__name__}"
+            )
+        envelope = self._envelope(kind=self.kind, version=self.version, result=result)
+        # the release records hold read-only mappings where their types say dict: _plain writes
+        # them as objects, and pydantic would warn about each one
+        return envelope.model_dump_json(fallback=_plain, warnings=False)
+
+    def from_json(self, text: str | bytes) -> R:
+        """The result :meth:`to_json` wrote, validated into :attr:`result`.
+
+        Raises:
+            ValueError: not JSON, another experiment's or another version's result, or a
+                result that does not validate (the message names the field).
+        """
+        try:
+            head = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{self.kind}.from_json: not JSON ({exc})") from None
+        found = (head.get("kind"), head.get("version")) if isinstance(head, dict) else None
+        if found != (self.kind, self.version):
+            raise ValueError(
+                f"{self.kind}.from_json: a result of (kind, version) {found}; allowed: "
+                f"{(self.kind, self.version)}"
+            )
+        try:
+            return self._envelope.model_validate_json(text).result
+        except pydantic.ValidationError as exc:
+            raise ValueError(f"{self.kind}.from_json: {exc}") from None

@@ -15,6 +15,7 @@ The public names of ``run`` are re-exported here (imported on first use).
 from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
+    "EXPERIMENT": "run",
     "PROBLEM_LABELS": "run",
     "DigitsPretrainSpec": "run",
     "IntrinsicResult": "run",

@@ -19,14 +19,10 @@ Source: seed 003 §0x02; li2018intrinsic; aghajanyan2021intrinsic.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from gaugelab.experiments.intrinsic.budget import check_budgets
-from gaugelab.experiments.intrinsic.results import IntrinsicResult, collect, figure
-from gaugelab.experiments.intrinsic.results import report as _report
-from gaugelab.experiments.intrinsic.results import tables as _tables
+from gaugelab.experiments.intrinsic.results import IntrinsicResult, collect, figure, report, tables
 from gaugelab.experiments.intrinsic.spec import (
     PROBLEM_LABELS,
     STUDY_ONLY,
@@ -35,11 +31,11 @@ from gaugelab.experiments.intrinsic.spec import (
     quick_spec,
 )
 from gaugelab.lowrank.intrinsic.protocol import IntrinsicDimensionEstimate
-from gaugelab.study.experiment import StudyOutcome, run_experiment
-from gaugelab.study.report.builder import Table
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
 from gaugelab.study.sweep import Sweep
 
 __all__ = [
+    "EXPERIMENT",
     "PROBLEM_LABELS",
     "DigitsPretrainSpec",
     "IntrinsicResult",
@@ -115,20 +111,6 @@ def plan(spec: IntrinsicSpec, study: str | None = None) -> Sweep:
     return Sweep(spec, variants=variants, name=study or f"intrinsic-dim-{spec.identity()[:12]}")
 
 
-def tables(result: IntrinsicResult) -> list[Table]:
-    """The per-d summary, the estimate with its envelope, and the raw trial records."""
-    return _tables(result)
-
-
-def report(result: IntrinsicResult, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the study's HTML report and its score-against-d figure into ``out_dir``.
-
-    Raises:
-        FileExistsError: ``out_dir`` already holds a report or figures.
-    """
-    return _report(result, out_dir)
-
-
 def run_intrinsic_dim(
     spec: IntrinsicSpec | None = None, *, study: str | None = None, **options: Any
 ) -> StudyOutcome[IntrinsicResult]:
@@ -174,3 +156,16 @@ def estimate_intrinsic_dimension(
     """
     options.setdefault("write_report", False)
     return run_intrinsic_dim(spec, **options).result.estimate
+
+
+EXPERIMENT: Experiment[IntrinsicSpec, IntrinsicResult] = Experiment(
+    kind=IntrinsicSpec.kind,
+    spec=IntrinsicSpec,
+    result=IntrinsicResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_intrinsic_dim,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

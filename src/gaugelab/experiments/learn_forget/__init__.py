@@ -24,6 +24,7 @@ The public names of ``run`` are re-exported here (imported on first use).
 from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
+    "EXPERIMENT": "run",
     "STRESS_FILES": "run",
     "Decision": "run",
     "LearnForgetResult": "run",

@@ -86,7 +86,7 @@ class Measured:
     base: dict[str, float]
     checkpoints: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)
     chosen: dict[str, int] = field(default_factory=dict)
-    records: list[Any] = field(default_factory=list)
+    records: list[sel.CandidateRecord] = field(default_factory=list)
     per_seed: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     energy: dict[int, dict[str, float]] = field(default_factory=dict)
     tails: dict[str, list[float]] = field(default_factory=dict)

@@ -22,8 +22,6 @@ Source: biderman2024lora; seed 003 §0x0B (rank, reconstruction, kernel and rete
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from gaugelab.experiments.learn_forget.decide import (
@@ -40,16 +38,16 @@ from gaugelab.experiments.learn_forget.spec import (
     default_stress,
     quick_spec,
 )
-from gaugelab.experiments.learn_forget.views import report as _report
-from gaugelab.experiments.learn_forget.views import tables
+from gaugelab.experiments.learn_forget.views import report, tables
 from gaugelab.experiments.lora.run import candidate_fields, plan_pretrain
-from gaugelab.study.experiment import StudyOutcome, run_experiment
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
 from gaugelab.study.release.design import DesignChanged
 from gaugelab.study.release.sealed import SealedTestError
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import Sweep
 
 __all__ = [
+    "EXPERIMENT",
     "STRESS_FILES",
     "Decision",
     "LearnForgetResult",
@@ -100,15 +98,6 @@ def plan(spec: LearnForgetSpec, study: str | None = None) -> Sweep:
                 variant["second_target"] = None
             variants.append(variant)
     return Sweep(spec, variants=variants, name=study or f"learn-forget-{spec.identity()[:12]}")
-
-
-def report(result: LearnForgetResult, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the study's HTML report and figures into ``out_dir``.
-
-    Raises:
-        FileExistsError: ``out_dir`` already holds a report or figures.
-    """
-    return _report(result, out_dir)
 
 
 def release(store: RunStore, study: str) -> dict[str, Any] | None:
@@ -171,3 +160,16 @@ def run_learn_forget(
         collect_phase="measuring every cell on validation, deciding, opening the test",
         **options,
     )  # fmt: skip
+
+
+EXPERIMENT: Experiment[LearnForgetSpec, LearnForgetResult] = Experiment(
+    kind=LearnForgetSpec.kind,
+    spec=LearnForgetSpec,
+    result=LearnForgetResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_learn_forget,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -29,6 +29,7 @@ The public names of ``run`` are re-exported here (imported on first use).
 from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
+    "EXPERIMENT": "run",
     "ALL_TARGETS": "run",
     "ATTENTION": "run",
     "FULL_LR": "run",

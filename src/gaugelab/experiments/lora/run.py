@@ -28,9 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from gaugelab.experiments.lora.inspect import InspectResult, ModuleReport, inspect_lora
-from gaugelab.experiments.lora.results import Candidate, LoraResult, collect, curve_figure
-from gaugelab.experiments.lora.results import report as _report
-from gaugelab.experiments.lora.results import tables as _tables
+from gaugelab.experiments.lora.results import (
+    Candidate,
+    LoraResult,
+    collect,
+    curve_figure,
+    report,
+    tables,
+)
 from gaugelab.experiments.lora.spec import (
     ALL_TARGETS,
     ATTENTION,
@@ -44,14 +49,15 @@ from gaugelab.experiments.lora.spec import (
 )
 from gaugelab.experiments.lora.train import Curves, train_pretrain
 from gaugelab.experiments.lora.views import inspect_report, inspect_tables, refuse_existing
-from gaugelab.study.experiment import StudyOutcome, run_experiment
-from gaugelab.study.report.builder import Table, new_report_dir
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
+from gaugelab.study.report.builder import new_report_dir
 from gaugelab.study.store.db import DEFAULT_STORE_PATH
 from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "ALL_TARGETS",
     "ATTENTION",
+    "EXPERIMENT",
     "FULL_LR",
     "LORA_LR",
     "MLP",
@@ -120,20 +126,6 @@ def candidate_fields(rank: int | None) -> dict[str, Any]:
 def _default(info: Any) -> Any:
     value = info.get_default(call_default_factory=True)
     return list(value) if isinstance(value, tuple) else value
-
-
-def tables(result: LoraResult) -> list[Table]:
-    """The summary table and the target and retention learning curves."""
-    return _tables(result)
-
-
-def report(result: LoraResult, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the study's HTML report and its learning-curve figure into ``out_dir``.
-
-    Raises:
-        FileExistsError: ``out_dir`` already holds a report or figures.
-    """
-    return _report(result, out_dir)
 
 
 def run_lora_finetune(
@@ -217,3 +209,16 @@ def run_lora_inspect(
 def _short(source: str) -> str:
     """An inspected source in a folder name: an adapter folder by its own name, a run as is."""
     return Path(source).name if "/" in source or os.sep in source else source
+
+
+EXPERIMENT: Experiment[FinetuneSpec, LoraResult] = Experiment(
+    kind=FinetuneSpec.kind,
+    spec=FinetuneSpec,
+    result=LoraResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_lora_finetune,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -12,6 +12,7 @@ The public names of ``run`` are re-exported here (imported on first use).
 from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
+    "EXPERIMENT": "run",
     "LIMITS": "run",
     "LR": "run",
     "OPTIMIZERS": "run",

@@ -19,8 +19,6 @@ Source: seed 003 §0x09J–0x09L; malladi2023kernel.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from gaugelab.experiments.lora.run import plan_pretrain
@@ -32,16 +30,16 @@ from gaugelab.experiments.lora_kernel.results import (
     diagnostics_figure,
     limits_table,
     notes,
+    report,
+    tables,
 )
-from gaugelab.experiments.lora_kernel.results import report as _report
-from gaugelab.experiments.lora_kernel.results import tables as _tables
 from gaugelab.experiments.lora_kernel.spec import LR, OPTIMIZERS, PATHS, KernelSpec, quick_spec
 from gaugelab.experiments.lora_kernel.train import train_paths
-from gaugelab.study.experiment import StudyOutcome, run_experiment
-from gaugelab.study.report.builder import Table
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
 from gaugelab.study.sweep import Sweep
 
 __all__ = [
+    "EXPERIMENT",
     "LIMITS",
     "LR",
     "OPTIMIZERS",
@@ -73,20 +71,6 @@ def plan(spec: KernelSpec, study: str | None = None) -> Sweep:
     return Sweep(spec, variants=variants, name=study or f"lora-kernel-{spec.identity()[:12]}")
 
 
-def tables(result: KernelResult) -> list[Table]:
-    """One diagnostics table per optimizer (every path at every checkpoint)."""
-    return _tables(result)
-
-
-def report(result: KernelResult, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the study's HTML report and its figure into ``out_dir``.
-
-    Raises:
-        FileExistsError: ``out_dir`` already holds a report or figures.
-    """
-    return _report(result, out_dir)
-
-
 def run_lora_kernel(
     spec: KernelSpec | None = None, *, study: str | None = None, **options: Any
 ) -> StudyOutcome[KernelResult]:
@@ -113,3 +97,16 @@ def run_lora_kernel(
     spec = spec or KernelSpec()
     sweep = plan(spec, study)
     return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)
+
+
+EXPERIMENT: Experiment[KernelSpec, KernelResult] = Experiment(
+    kind=KernelSpec.kind,
+    spec=KernelSpec,
+    result=KernelResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_lora_kernel,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -14,6 +14,7 @@ The public names of ``run`` are re-exported here (imported on first use).
 from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
+    "EXPERIMENT": "run",
     "DEFAULT_LR": "run",
     "LORA_TWIN_OPTIMIZERS": "run",
     "TWIN_NAMES": "run",

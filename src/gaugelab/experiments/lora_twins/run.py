@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from gaugelab.experiments.lora.run import PretrainSpec, plan_pretrain
@@ -35,9 +33,9 @@ from gaugelab.experiments.lora_twins.results import (
     collect,
     distance_figure,
     notes,
+    report,
+    tables,
 )
-from gaugelab.experiments.lora_twins.results import report as _report
-from gaugelab.experiments.lora_twins.results import tables as _tables
 from gaugelab.experiments.lora_twins.spec import (
     DEFAULT_LR,
     LORA_TWIN_OPTIMIZERS,
@@ -45,12 +43,12 @@ from gaugelab.experiments.lora_twins.spec import (
     LoraTwinSpec,
     quick_twin_spec,
 )
-from gaugelab.study.experiment import StudyOutcome, run_experiment
-from gaugelab.study.report.builder import Table
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
 from gaugelab.study.sweep import Sweep
 
 __all__ = [
     "DEFAULT_LR",
+    "EXPERIMENT",
     "LORA_TWIN_OPTIMIZERS",
     "TWIN_NAMES",
     "LoraTwinRow",
@@ -102,21 +100,6 @@ def plan(
     return Sweep(spec, variants=variants, name=name)
 
 
-def tables(result: LoraTwinsResult) -> list[Table]:
-    """The summary (verdicts, distances at step 1 and at the end), then the logit and update
-    distances of every twin at every checkpoint."""
-    return _tables(result)
-
-
-def report(result: LoraTwinsResult, out_dir: str | os.PathLike[str]) -> Path:
-    """Write the study's HTML report and its figure into ``out_dir``.
-
-    Raises:
-        FileExistsError: ``out_dir`` already holds a report or figures.
-    """
-    return _report(result, out_dir)
-
-
 def run_lora_twins(
     spec: LoraTwinSpec | None = None,
     optimizers: Sequence[str] = LORA_TWIN_OPTIMIZERS,
@@ -149,3 +132,16 @@ def run_lora_twins(
     spec = spec or LoraTwinSpec()
     sweep = plan(spec, optimizers, study=study)
     return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)
+
+
+EXPERIMENT: Experiment[LoraTwinSpec, LoraTwinsResult] = Experiment(
+    kind=LoraTwinSpec.kind,
+    spec=LoraTwinSpec,
+    result=LoraTwinsResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_lora_twins,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

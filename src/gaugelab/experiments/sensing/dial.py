@@ -32,7 +32,7 @@ from gaugelab.experiments.sensing.spec import (
     dial_label,
 )
 from gaugelab.experiments.sensing.views import dial_report, dial_tables
-from gaugelab.study.experiment import StudyOutcome, run_experiment
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
 from gaugelab.study.report.builder import Table
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import Sweep
@@ -41,6 +41,7 @@ from gaugelab.tasks import effective_rank
 __all__ = [
     "DIAL_LRS",
     "DIAL_PS",
+    "EXPERIMENT",
     "DialPoint",
     "DialResult",
     "DialSpec",
@@ -116,3 +117,16 @@ def run_dial(
     Source: singh2026lossbasis, §7; docs/protocols.md §4.
     """
     return run_experiment(plan(spec or DialSpec(), study), collect, report, **options)
+
+
+EXPERIMENT: Experiment[DialSpec, DialResult] = Experiment(
+    kind=DialSpec.kind,
+    spec=DialSpec,
+    result=DialResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_dial,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -33,7 +33,7 @@ from gaugelab.experiments.sensing.results import ZooResult, ZooRow, rule_class
 from gaugelab.experiments.sensing.spec import DECAYED, ZOO_RULES, ZooSpec, default_study_name
 from gaugelab.experiments.sensing.split import SplitVerdict, split_verdict
 from gaugelab.experiments.sensing.views import zoo_report, zoo_tables
-from gaugelab.study.experiment import StudyOutcome, run_experiment
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
 from gaugelab.study.report.builder import Table
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.sweep import Sweep
@@ -41,6 +41,7 @@ from gaugelab.study.sweep import Sweep
 __all__ = [
     "CONVEX",
     "DECAYED",
+    "EXPERIMENT",
     "ZOO_RULES",
     "LearningRateGrids",
     "SplitVerdict",
@@ -129,3 +130,16 @@ def run_zoo(
     Source: docs/protocols.md §3.
     """
     return run_experiment(plan(spec or ZooSpec(), study), collect, report, **options)
+
+
+EXPERIMENT: Experiment[ZooSpec, ZooResult] = Experiment(
+    kind=ZooSpec.kind,
+    spec=ZooSpec,
+    result=ZooResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_zoo,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

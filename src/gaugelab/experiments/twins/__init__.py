@@ -16,6 +16,7 @@ The public names of ``run`` are re-exported here (imported on first use).
 from gaugelab._lazy import lazy_exports
 
 _EXPORTS = {
+    "EXPERIMENT": "run",
     "DEFAULT_OPTIMIZERS": "run",
     "HYBRID": "run",
     "PROTOCOL_HYPER": "run",

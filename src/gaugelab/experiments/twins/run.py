@@ -42,7 +42,7 @@ from gaugelab.experiments.twins.spec import (
 from gaugelab.experiments.twins.views import report, tables
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.optim import make_optimizer, muon_hybrid
-from gaugelab.study.experiment import StudyOutcome, run_experiment
+from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.study.sweep import Sweep
 from gaugelab.tasks import TINY_SHAKESPEARE_SHA256, CharText
@@ -278,6 +278,7 @@ def run_twins_study(
 
 __all__ = [
     "DEFAULT_OPTIMIZERS",
+    "EXPERIMENT",
     "HYBRID",
     "PROTOCOL_HYPER",
     "QUICK_CHECKPOINTS",
@@ -303,3 +304,16 @@ __all__ = [
     "twin_model_config",
     "twin_optimizers",
 ]
+
+
+EXPERIMENT: Experiment[TwinStudy, TwinsResult] = Experiment(
+    kind=TwinStudy.kind,
+    spec=TwinStudy,
+    result=TwinsResult,
+    plan=plan,
+    collect=collect,
+    tables=tables,
+    report=report,
+    run=run_twins_study,
+)
+"""This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""
