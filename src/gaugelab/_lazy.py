@@ -1,9 +1,14 @@
-"""Package faces that import their submodules on first use.
+"""Deferred imports: package faces and modules imported on first use.
 
-This is the one place where gaugelab defers imports: ``gaugelab --help``, ``gaugelab runs`` and
-store-only worker processes must not pay for torch, matplotlib or the executors, so a package
-whose submodules import them (``gaugelab.study``, ``gaugelab.experiments`` and each experiment
-package) exposes its public names through :func:`lazy_exports` instead of importing them.
+This is the one place where gaugelab defers imports. ``gaugelab --help``, ``gaugelab runs`` and
+store-only worker processes must not pay for torch, matplotlib or the executors, so
+
+* a package whose submodules import them (``gaugelab.study``, ``gaugelab.experiments`` and
+  each experiment package) exposes its public names through :func:`lazy_exports`;
+* the CLI names the heavy modules it calls as :class:`LazyModule` at its top
+  (``torch = LazyModule("torch")``) instead of importing them inside each command.
+
+Everything else imports at the top of its module.
 """
 
 from __future__ import annotations
@@ -42,3 +47,24 @@ def lazy_exports(
         return sorted(exports)
 
     return __getattr__, __dir__
+
+
+class LazyModule:
+    """A stand-in for a module, imported when one of its attributes is first read.
+
+    Unlike :class:`importlib.util.LazyLoader`, nothing is put into ``sys.modules`` before the
+    import happens, so a process that never reads an attribute has really not imported it (the
+    startup tests check ``sys.modules``).
+
+    Args:
+        name: the module's dotted name (``"torch"``, ``"gaugelab.experiments.sensing.zoo"``).
+    """
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}>"

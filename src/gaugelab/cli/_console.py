@@ -30,6 +30,7 @@ from rich.text import Text
 from gaugelab.cli._errors import RESUME, check_location, environment_message, fail, interrupted
 from gaugelab.errors import NonFiniteError
 from gaugelab.study.report.builder import Table, format_number
+from gaugelab.study.store.db import RunStore, StoreError  # the store, only when a study runs
 
 if TYPE_CHECKING:
     from gaugelab.study.experiment import StudyOutcome
@@ -361,8 +362,6 @@ def run_with_bars(
     read-only folder), which for a full disk says that the runs are kept and how to write the
     report of ``study_name`` later; Ctrl-C prints how many runs completed and exits 130.
     """
-    from gaugelab.study.store.db import RunStore, StoreError  # the store, only when a study runs
-
     store = options.get("store")
     paths = {"--out": options.get("report_dir"), "--store": store}
     bars: RunBars | LineProgress | None = None

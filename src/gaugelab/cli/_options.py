@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from gaugelab.cli._defaults import EXECUTORS
+
 Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
 Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default: in the store's).")]
 Workers = Annotated[
@@ -60,8 +62,6 @@ def check_run_options(
     Raises:
         ValueError: a value outside what is allowed; the message names the option.
     """
-    from gaugelab.cli._defaults import EXECUTORS
-
     if executor not in EXECUTORS:
         raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
     for option, value in (("--max-workers", max_workers), ("--threads", threads)):

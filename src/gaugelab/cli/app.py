@@ -7,6 +7,7 @@ guarded (cli/_errors.py): Ctrl-C prints ``interrupted`` and exits 130, a failure
 (full disk, read-only folder, a path under a regular file) is one line, never a traceback.
 """
 
+from importlib.metadata import PackageNotFoundError, version  # 50 ms: only for --version
 from typing import Annotated
 
 import typer
@@ -34,8 +35,6 @@ app = typer.Typer(
 
 def _version(show: bool) -> None:
     if show:
-        from importlib.metadata import PackageNotFoundError, version  # 50 ms: only for --version
-
         try:
             typer.echo(f"gaugelab {version('gaugelab')}")
         except PackageNotFoundError:  # a source tree on sys.path, not installed

@@ -7,12 +7,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import working
 from gaugelab.cli._defaults import GROUP_NAMES, PROBLEM_NAMES
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.errors import NonFiniteError
 
 console = Console()
+torch = LazyModule("torch")
+equivariance = LazyModule("gaugelab.equivariance")  # imports torch and scipy
+verdicts = LazyModule("gaugelab.equivariance.verdicts")
+optim_registry = LazyModule("gaugelab.optim.registry")
 
 DTYPES = ("float64", "float32")
 OPTIONS = {name: f"--{name}" for name in ("group", "problem", "steps", "draws", "dtype", "seed")}
@@ -22,8 +27,7 @@ _OBJECTS = {"attention": "logits / QK invariants"}
 
 def _verdict_styles() -> dict[str, str]:
     """Verdict → its style (the verdicts module is loaded by then: the check imported it)."""
-    from gaugelab.equivariance import verdicts as v
-
+    v = verdicts
     return {v.EQUIVARIANT: "bold green", v.BREAKS: "bold red",
             v.PRECISION_LIMITED: "bold yellow", v.NONDETERMINISTIC: "bold magenta",
             v.INCONCLUSIVE: "bold"}  # fmt: skip
@@ -32,9 +36,7 @@ def _verdict_styles() -> dict[str, str]:
 def check_equivariance(optimizer: str, **options: Any) -> Any:
     """:func:`gaugelab.equivariance.check_equivariance`, imported on the first check (it
     imports torch and scipy, which ``gaugelab --help`` must not)."""
-    from gaugelab.equivariance import check_equivariance as check_now
-
-    return check_now(optimizer, **options)
+    return equivariance.check_equivariance(optimizer, **options)
 
 
 def _parse_opt(items: list[str]) -> dict:
@@ -54,11 +56,10 @@ def _parse_opt(items: list[str]) -> dict:
 def _check_opt_names(optimizer: str, hyper: dict) -> None:
     """Refuse an ``--opt`` key that a zoo rule does not take (a class given as
     ``package.module:Class`` checks its own keyword arguments)."""
-    from gaugelab.optim.registry import OPTIMIZERS
-
-    if optimizer not in OPTIMIZERS:
+    rules = optim_registry.OPTIMIZERS
+    if optimizer not in rules:
         return
-    allowed = [h for h in OPTIMIZERS[optimizer].hyperparameters() if h != "member_dims"]
+    allowed = [h for h in rules[optimizer].hyperparameters() if h != "member_dims"]
     unknown = [key for key in hyper if key not in allowed]
     if unknown:
         keys = ", ".join(f"--opt {key}=…" for key in unknown)
@@ -127,9 +128,7 @@ def check(
             raise fail(f"{option} {value!r}; allowed: {', '.join(allowed)}")
     hyper = _parse_opt(opt or [])
     _check_opt_names(optimizer, hyper)
-    import torch
-
-    import gaugelab.equivariance  # noqa: F401  before the progress starts: it means the check runs
+    equivariance.check_equivariance  # noqa: B018  imported before the progress starts
 
     try:
         with working(console, f"check: twins of {optimizer} under {group} on {problem}"):
@@ -168,8 +167,6 @@ def check(
             str(t + 1), f"{gauge[t]:.2e}", f"{ident[t]:.2e}", f"{noise[t]:.2e}", f"{factors[t]:.2e}"
         )
     console.print(table)
-    from gaugelab.equivariance.verdicts import EQUIVARIANT
-
     style = _verdict_styles().get(report.verdict, "bold")
     console.print(f"verdict: [{style}]{report.verdict}[/] — {report.explanation}")
     if report.claimed is not None:
@@ -177,7 +174,7 @@ def check(
         console.print(f"the zoo claims [bold]{report.claimed}[/]; the check {agree} the claim")
     for note in report.notes:
         console.print(f"note: {note}")
-    if report.verdict != EQUIVARIANT and report.dtype == "float64":
+    if report.verdict != verdicts.EQUIVARIANT and report.dtype == "float64":
         console.print("not certified equivariant in float64.")
 
 

@@ -12,8 +12,12 @@ import os
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
+from gaugelab._lazy import LazyModule
+from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
     Address,
     Executor,
@@ -24,6 +28,8 @@ from gaugelab.cli._options import (
     check_run_options,
     comma_separated,
 )
+
+_intrinsic = LazyModule("gaugelab.experiments.intrinsic.run")
 
 __all__ = ["intrinsic_dim", "register"]
 
@@ -135,19 +141,6 @@ def intrinsic_dim(
     Prints the per-d table, the estimate with its envelope and the raw records, and writes a
     figure (score against d per seed and aggregated, the threshold, the bracket) and a report.
     """
-    from rich.text import Text
-
-    from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-    from gaugelab.cli._errors import fail
-    from gaugelab.experiments.intrinsic.run import (
-        PROBLEM_LABELS,
-        IntrinsicSpec,
-        plan,
-        quick_spec,
-        run_intrinsic_dim,
-        tables,
-    )
-
     console = wide_console()
     try:
         check_run_options(executor, max_workers, threads)
@@ -173,14 +166,15 @@ def intrinsic_dim(
         for name, value in (("steps", steps), ("hidden", hidden), ("layers", layers)):
             if value is not None:
                 fields[name] = value
-        spec = quick_spec(**fields) if quick else IntrinsicSpec(**fields)
-        sweep = plan(spec)
+        spec = _intrinsic.quick_spec(**fields) if quick else _intrinsic.IntrinsicSpec(**fields)
+        sweep = _intrinsic.plan(spec)
         total = len(sweep.specs())
     except ValueError as exc:
         raise fail(exc, OPTIONS) from None
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     header = (
-        f"{spec.method.upper()} on {PROBLEM_LABELS[spec.problem]}, {spec.family} projection "
+        f"{spec.method.upper()} on {_intrinsic.PROBLEM_LABELS[spec.problem]}, "
+        f"{spec.family} projection "
         f"({spec.normalization}): {total} runs (full reference × {len(spec.full_lrs)}, d in "
         f"{list(spec.dims)} × seeds {list(spec.seeds)} × lrs {list(spec.lrs)}), {spec.steps} "
         f"steps each; store {store}"
@@ -189,7 +183,7 @@ def intrinsic_dim(
         console,
         header,
         "intrinsic-dim runs",
-        run_intrinsic_dim,
+        _intrinsic.run_intrinsic_dim,
         spec,
         store=store,
         executor=executor,
@@ -203,11 +197,9 @@ def intrinsic_dim(
     notes = [Text(n) for n in result.notes]
     if result.estimate is not None:
         notes.insert(0, Text(result.estimate.crossing.statement, style="bold"))
-    print_outcome(console, outcome, tables(result), notes=notes, label_columns=1)
+    print_outcome(console, outcome, _intrinsic.tables(result), notes=notes, label_columns=1)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``gaugelab intrinsic-dim`` to ``app``."""
-    from gaugelab.cli._errors import guarded
-
     app.command("intrinsic-dim")(guarded(intrinsic_dim))

@@ -14,8 +14,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
+from gaugelab._lazy import LazyModule
+from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
     Address,
     Executor,
@@ -26,6 +30,11 @@ from gaugelab.cli._options import (
     check_run_options,
     comma_separated,
 )
+
+_learn_forget = LazyModule("gaugelab.experiments.learn_forget.run")
+_lora = LazyModule("gaugelab.experiments.lora.run")
+_study_release_sealed = LazyModule("gaugelab.study.release.sealed")
+_tasks_sources = LazyModule("gaugelab.tasks.sources")
 
 __all__ = ["learn_forget", "register"]
 
@@ -129,25 +138,10 @@ def learn_forget(
     energy rank per layer (Biderman Fig. 6), paired contrasts against full fine-tuning, the
     Pareto plot, and what the study does not show.
     """
-    from rich.text import Text
-
-    from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-    from gaugelab.cli._errors import fail
-    from gaugelab.experiments.learn_forget.run import (
-        LearnForgetSpec,
-        notes,
-        plan,
-        quick_spec,
-        run_learn_forget,
-        tables,
-    )
-    from gaugelab.experiments.lora.run import FinetuneSpec
-    from gaugelab.tasks.sources import path_source
-
     console = wide_console()
     try:
         check_run_options(executor, max_workers, threads, dtype)
-        base = quick_spec() if quick else LearnForgetSpec()
+        base = _learn_forget.quick_spec() if quick else _learn_forget.LearnForgetSpec()
         template = base.finetune.spec_dict()
         template["full"] = full
         template["pretrain"]["dtype"] = dtype
@@ -173,11 +167,13 @@ def learn_forget(
         if second_target is not None:
             c = base.finetune.pretrain.corpus
             try:
-                fields["second_target"] = c.with_target(path_source(second_target))
+                fields["second_target"] = c.with_target(_tasks_sources.path_source(second_target))
             except (ValueError, FileNotFoundError) as exc:
                 raise ValueError(f"--second-target {str(second_target)!r}: {exc}") from None
-        spec = LearnForgetSpec(finetune=FinetuneSpec.model_validate(template), **fields)
-        sweep = plan(spec)
+        spec = _learn_forget.LearnForgetSpec(
+            finetune=_lora.FinetuneSpec.model_validate(template), **fields
+        )
+        sweep = _learn_forget.plan(spec)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
@@ -189,14 +185,13 @@ def learn_forget(
         f"seeds {list(ft.seeds)}, {ft.steps} steps, checkpoints "
         f"{list(spec.checkpoint_steps())}; store {store}"
     )
-    from gaugelab.study.release.sealed import SealedTestError
 
     try:
         outcome = run_with_bars(
             console,
             header,
             "learn-forget cells",
-            run_learn_forget,
+            _learn_forget.run_learn_forget,
             spec,
             store=store,
             executor=executor,
@@ -206,16 +201,18 @@ def learn_forget(
             report_dir=out,
             study_name=sweep.study,
         )
-    except SealedTestError as exc:  # the seal's log refuses or cannot be trusted: one line
+    except (
+        _study_release_sealed.SealedTestError
+    ) as exc:  # the seal's log refuses or cannot be trusted: one line
         raise fail(exc) from None
     result = outcome.result
-    shown = [t for t in tables(result) if t.title.startswith(("Candidates", "Held-out"))]
-    lines = [Text(n) for n in notes(result)]
+    shown = [
+        t for t in _learn_forget.tables(result) if t.title.startswith(("Candidates", "Held-out"))
+    ]
+    lines = [Text(n) for n in _learn_forget.notes(result)]
     print_outcome(console, outcome, shown, notes=lines, label_columns=1)
 
 
 def register(app: typer.Typer) -> None:
     """Add ``gaugelab learn-forget`` to ``app``."""
-    from gaugelab.cli._errors import guarded
-
     app.command("learn-forget")(guarded(learn_forget))

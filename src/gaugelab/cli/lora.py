@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli import lora_compare, lora_kernel, lora_twins
 from gaugelab.cli._console import (
     print_outcome,
@@ -33,6 +34,11 @@ from gaugelab.cli._options import (
     check_run_options,
     comma_separated,
 )
+from gaugelab.cli.bench import pinned_threads
+from gaugelab.study.store.db import StoreError
+from gaugelab.study.store.results import ArtifactError
+
+_lora = LazyModule("gaugelab.experiments.lora.run")
 
 __all__ = ["finetune", "inspect", "lora_app", "register"]
 
@@ -109,23 +115,13 @@ def finetune(
     defaults take about ten minutes on two cores; `gaugelab lora inspect full` (or
     `"lora r=4"`) then reads what a candidate learned.
     """
-    from gaugelab.experiments.lora.run import (
-        FinetuneSpec,
-        PretrainSpec,
-        plan,
-        quick_spec,
-        resolve_targets,
-        run_lora_finetune,
-        tables,
-    )
-
     console = wide_console()
     try:
         check_run_options(executor, max_workers, threads, dtype)
         for option, value in (("--steps", steps), ("--pretrain-steps", pretrain_steps)):
             if value is not None and value < 1:
                 raise ValueError(f"{option} {value}; allowed: an integer >= 1")
-        chosen = resolve_targets(targets)
+        chosen = _lora.resolve_targets(targets)
         fields = dict(ranks=comma_separated(ranks, "--ranks"), full=full, rslora=rslora,
                       targets=chosen, alpha_ratio=alpha_ratio,
                       seeds=comma_separated(seeds, "--seeds"), lr=lr, full_lr=full_lr)  # fmt: skip
@@ -137,10 +133,10 @@ def finetune(
         if diagnostics_every is not None:
             fields["diagnostics_every"] = diagnostics_every
         if quick:
-            spec = quick_spec(pretrain=pretrain, **fields)
+            spec = _lora.quick_spec(pretrain=pretrain, **fields)
         else:
-            spec = FinetuneSpec(pretrain=PretrainSpec(**pretrain), **fields)
-        sweep = plan(spec)
+            spec = _lora.FinetuneSpec(pretrain=_lora.PretrainSpec(**pretrain), **fields)
+        sweep = _lora.plan(spec)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
@@ -152,13 +148,13 @@ def finetune(
         f"{spec.steps} steps each, {p.dtype}; store {store}"
     )
     outcome = run_with_bars(
-        console, header, "lora runs", run_lora_finetune, spec, store=store, executor=executor,
+        console, header, "lora runs", _lora.run_lora_finetune, spec, store=store, executor=executor,
         max_workers=max_workers, threads=threads, address=address, report_dir=out,
         study_name=sweep.study,
     )  # fmt: skip
     result = outcome.result
     lines = [Text(f"{c.label}: run {c.state.identity[:12]}") for c in result.candidates]
-    print_outcome(console, outcome, tables(result), notes=lines, label_columns=1)
+    print_outcome(console, outcome, _lora.tables(result), notes=lines, label_columns=1)
     if result.candidates:
         where = "" if store == DEFAULT_STORE_PATH else f" --store {store}"
         last = result.candidates[-1].label
@@ -201,11 +197,6 @@ def inspect(
     weight-SVD or its output-weighted rank-r truncation, per layer and jointly. A plain PEFT
     folder gets what the factors allow, and the list of what could not be computed.
     """
-    from gaugelab.cli.bench import pinned_threads
-    from gaugelab.experiments.lora.run import inspect_tables, run_lora_inspect
-    from gaugelab.study.store.db import StoreError
-    from gaugelab.study.store.results import ArtifactError
-
     console = wide_console()
     try:
         wanted = comma_separated(ranks, "--ranks")
@@ -213,14 +204,14 @@ def inspect(
             raise ValueError(f"--ranks {ranks}; allowed: integers >= 0")
         check_location("--out", out, folder=True)
         with pinned_threads(threads), working(console, f"inspecting {source}"):
-            result, path = run_lora_inspect(
+            result, path = _lora.run_lora_inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
                 report_dir=out, write_report=report,
             )  # fmt: skip
     except (ValueError, FileNotFoundError, FileExistsError, StoreError, ArtifactError) as exc:
         options = {"seed": "--seed", "ranks": "--ranks", "study": "--study"}
         raise fail(str(exc).removeprefix("inspect_lora: "), options) from None
-    for table in inspect_tables(result):
+    for table in _lora.inspect_tables(result):
         console.print(rich_table(table, label_columns=1))
     for line in result.not_computed:
         console.print(Text(f"not computed: {line}", style="yellow"))

@@ -14,7 +14,15 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
+from gaugelab.cli._console import rich_table, wide_console, working
 from gaugelab.cli._errors import check_location, fail, guarded
+from gaugelab.cli.bench import pinned_threads
+from gaugelab.study.store.db import StoreError
+from gaugelab.study.store.results import ArtifactError
+
+_lora_compare = LazyModule("gaugelab.experiments.lora_compare.run")
+_lora_compare_views = LazyModule("gaugelab.experiments.lora_compare.views")
 
 __all__ = ["compare", "compose", "register"]
 
@@ -112,13 +120,6 @@ def compare(
     and φ heatmaps per projection with a random pair beside them (the LoRA paper's Figure 3).
     A full fine-tuning update's rank is its energy rank (--dense-rho).
     """
-    from gaugelab.cli._console import rich_table, wide_console, working
-    from gaugelab.cli.bench import pinned_threads
-    from gaugelab.experiments.lora_compare.run import run_lora_compare
-    from gaugelab.experiments.lora_compare.views import compare_tables
-    from gaugelab.study.store.db import StoreError
-    from gaugelab.study.store.results import ArtifactError
-
     console = wide_console()
     try:
         if (b is None) == (against_full is None):
@@ -131,7 +132,7 @@ def compare(
             phi_max, null_samples = min(phi_max, 8), 0
         other = b if b is not None else against_full
         with pinned_threads(threads), working(console, f"comparing {a} with {other}"):
-            result, path = run_lora_compare(
+            result, path = _lora_compare.run_lora_compare(
                 a, other, store=store, seed_a=seed_a, seed_b=seed_b, study=study,
                 policy=chosen, rho=rho, dense_rho=dense_rho, phi_max=phi_max,
                 null_samples=null_samples, null_seed=null_seed, report_dir=out,
@@ -139,7 +140,7 @@ def compare(
             )  # fmt: skip
     except (ValueError, FileNotFoundError, FileExistsError, StoreError, ArtifactError) as exc:
         raise fail(str(exc).removeprefix("compare_lora: "), _OPTIONS) from None
-    for table in compare_tables(result):
+    for table in _lora_compare_views.compare_tables(result):
         console.print(rich_table(table, label_columns=1))
     for line in result.notes:
         console.print(Text(line, style="yellow"))
@@ -203,13 +204,6 @@ def compose(
     cross term 2⟨ΔW_i, ΔW_j⟩ and the cross term of the layer outputs on real activations) and,
     for stored runs, the validation losses of the composition against each adapter alone.
     """
-    from gaugelab.cli._console import rich_table, wide_console, working
-    from gaugelab.cli.bench import pinned_threads
-    from gaugelab.experiments.lora_compare.run import run_lora_compose
-    from gaugelab.experiments.lora_compare.views import compose_tables
-    from gaugelab.study.store.db import StoreError
-    from gaugelab.study.store.results import ArtifactError
-
     console = wide_console()
     try:
         lam = _floats(weights, "--weights") if weights is not None else None
@@ -227,7 +221,7 @@ def compose(
             raise ValueError(f"--method svd needs --rank K (K >= 1){given}")
         check_location("--out", out, folder=True)
         with pinned_threads(threads), working(console, f"composing {len(sources)} adapters"):
-            result, path = run_lora_compose(
+            result, path = _lora_compare.run_lora_compose(
                 sources, out, store=store, weights=lam, method=method, rank=rank,
                 seeds=per_seed, study=study, evaluate=evaluate, samples=1 if quick else 2,
                 report_dir=report_out, write_report=report,
@@ -237,7 +231,7 @@ def compose(
         for prefix in ("compose_lora: ", "compose_adapters: "):
             message = message.removeprefix(prefix)
         raise fail(message, _OPTIONS) from None
-    for table in compose_tables(result):
+    for table in _lora_compare_views.compose_tables(result):
         console.print(rich_table(table, label_columns=1))
     for line in result.notes:
         console.print(Text(line, style="yellow"))

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
@@ -27,6 +28,9 @@ from gaugelab.cli._options import (
     check_run_options,
     comma_separated,
 )
+
+_lora_kernel = LazyModule("gaugelab.experiments.lora_kernel.run")
+_lora_spec = LazyModule("gaugelab.experiments.lora.spec")
 
 __all__ = ["kernel", "register"]
 
@@ -91,23 +95,18 @@ def kernel(
     minutes on two cores; see docs/commands/lora-kernel.md for what the diagnostics do not
     prove.
     """
-    from gaugelab.experiments.lora.spec import PretrainSpec
-    from gaugelab.experiments.lora_kernel.run import (
-        OPTIMIZERS,
-        KernelSpec,
-        plan,
-        quick_spec,
-        run_lora_kernel,
-        tables,
-    )
-
     console = wide_console()
     try:
         check_run_options(executor, max_workers, threads, dtype)
         names = tuple(x.strip() for x in optimizers.split(",") if x.strip())
-        if not names or any(n not in OPTIMIZERS for n in names) or len(set(names)) < len(names):
+        if (
+            not names
+            or any(n not in _lora_kernel.OPTIMIZERS for n in names)
+            or len(set(names)) < len(names)
+        ):
             raise ValueError(
-                f"--optimizers {optimizers!r}; allowed: distinct names of {', '.join(OPTIMIZERS)}"
+                f"--optimizers {optimizers!r}; allowed: distinct names of "
+                f"{', '.join(_lora_kernel.OPTIMIZERS)}"
             )
         fields: dict = {"optimizers": names, "full": full, "rank": rank, "seed": seed}
         given = {"steps": steps, "probe_examples": probe_examples, "probes": probes,
@@ -116,13 +115,13 @@ def kernel(
         if checkpoints is not None:
             fields["checkpoints"] = comma_separated(checkpoints, "--checkpoints")
         elif steps is not None:  # the default cadence, cut at (and ending on) --steps
-            default = KernelSpec.model_fields["checkpoints"].default
+            default = _lora_kernel.KernelSpec.model_fields["checkpoints"].default
             fields["checkpoints"] = tuple(sorted({c for c in default if c < steps} | {steps}))
         if quick:
-            spec = quick_spec(pretrain={"dtype": dtype}, **fields)
+            spec = _lora_kernel.quick_spec(pretrain={"dtype": dtype}, **fields)
         else:
-            spec = KernelSpec(pretrain=PretrainSpec(dtype=dtype), **fields)
-        sweep = plan(spec)
+            spec = _lora_kernel.KernelSpec(pretrain=_lora_spec.PretrainSpec(dtype=dtype), **fields)
+        sweep = _lora_kernel.plan(spec)
     except ValueError as exc:
         raise fail(exc, OPTIONS) from None
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
@@ -134,14 +133,16 @@ def kernel(
         f"{list(spec.checkpoints)}, Q = {spec.probes}; store {store}"
     )
     outcome = run_with_bars(
-        console, header, "kernel runs", run_lora_kernel, spec, store=store, executor=executor,
-        max_workers=max_workers, threads=threads, address=address, report_dir=out,
+        console, header, "kernel runs", _lora_kernel.run_lora_kernel, spec, store=store,
+        executor=executor, max_workers=max_workers, threads=threads, address=address,
+        report_dir=out,
         study_name=sweep.study,
     )  # fmt: skip
-    from gaugelab.experiments.lora_kernel.run import notes
 
-    lines = [Text(line) for line in notes(outcome.result)]
-    print_outcome(console, outcome, tables(outcome.result), notes=lines, label_columns=1)
+    lines = [Text(line) for line in _lora_kernel.notes(outcome.result)]
+    print_outcome(
+        console, outcome, _lora_kernel.tables(outcome.result), notes=lines, label_columns=1
+    )
 
 
 def register(group: typer.Typer) -> None:

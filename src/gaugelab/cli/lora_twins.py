@@ -14,10 +14,13 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import Address, Executor, Out, Store, Threads, Workers, check_run_options
+
+_lora_twins = LazyModule("gaugelab.experiments.lora_twins.run")
 
 __all__ = ["LORA_TWIN_OPTIMIZERS", "register", "twins"]
 
@@ -101,19 +104,13 @@ def twins(
                 f"{', '.join(LORA_TWIN_OPTIMIZERS)}"
             )
         check_run_options(executor, max_workers, threads, dtype)
-        from gaugelab.experiments.lora_twins.run import (
-            LoraTwinSpec,
-            PretrainSpec,
-            plan,
-            quick_twin_spec,
-        )
 
         fields: dict = dict(rank=rank, scalar=scalar, damping=_damping(damping), lr=lr,
                             noise_scale=noise_scale)  # fmt: skip
         for name, value in (("warmup_steps", warmup_steps), ("batch_size", batch_size)):
             if value is not None:
                 fields[name] = value
-        default = LoraTwinSpec.model_fields["checkpoints"].default
+        default = _lora_twins.LoraTwinSpec.model_fields["checkpoints"].default
         if steps is not None:
             marks = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
             fields["steps"] = steps
@@ -121,15 +118,16 @@ def twins(
                 () if steps in marks else (steps,)
             )
         if quick:
-            spec = quick_twin_spec(pretrain={"dtype": dtype}, **fields)
+            spec = _lora_twins.quick_twin_spec(pretrain={"dtype": dtype}, **fields)
         else:
             fields.setdefault("checkpoints", default)
-            spec = LoraTwinSpec(pretrain=PretrainSpec(dtype=dtype), **fields)
-        sweep = plan(spec, names)
+            spec = _lora_twins.LoraTwinSpec(
+                pretrain=_lora_twins.PretrainSpec(dtype=dtype), **fields
+            )
+        sweep = _lora_twins.plan(spec, names)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
-    from gaugelab.experiments.lora_twins.run import angle_line, run_lora_twins, tables
 
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     p = spec.pretrain
@@ -139,7 +137,7 @@ def twins(
         f"{spec.steps} twin steps, {p.dtype}; store {store}"
     )
     outcome = run_with_bars(
-        console, header, "lora twin runs", run_lora_twins, spec, names, store=store,
+        console, header, "lora twin runs", _lora_twins.run_lora_twins, spec, names, store=store,
         executor=executor, max_workers=max_workers, threads=threads, address=address,
         report_dir=out, study_name=sweep.study,
     )  # fmt: skip
@@ -149,9 +147,11 @@ def twins(
         for twin, (verdict, why) in row.verdicts.items():
             label = "GL(r) twin" if twin == "gauge" else f"scalar twin (c = {spec.scalar:g})"
             lines.append(Text.assemble((row.optimizer, "bold"), f", {label}: {verdict} — {why}"))
-        if (angles := angle_line(outcome.result, row)) is not None:
+        if (angles := _lora_twins.angle_line(outcome.result, row)) is not None:
             lines.append(Text(angles))
-    print_outcome(console, outcome, tables(outcome.result)[:1], notes=lines, label_columns=1)
+    print_outcome(
+        console, outcome, _lora_twins.tables(outcome.result)[:1], notes=lines, label_columns=1
+    )
 
 
 def register(group: typer.Typer) -> None:

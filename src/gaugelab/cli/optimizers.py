@@ -6,7 +6,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._errors import guarded
+
+_equivariance_verdicts = LazyModule("gaugelab.equivariance.verdicts")
+_optim = LazyModule("gaugelab.optim")
 
 console = Console()
 
@@ -17,19 +21,19 @@ def optimizers(
     ] = False,
 ) -> None:
     """List the optimizer zoo with its equivariance claims per gauge group."""
-    from gaugelab.equivariance.verdicts import BREAKS, EQUIVARIANT
-    from gaugelab.optim import CLAIM_GROUPS, OPTIMIZERS
-
-    short = {EQUIVARIANT: "[green]equivariant[/]", BREAKS: "[red]breaks[/]"}
+    short = {
+        _equivariance_verdicts.EQUIVARIANT: "[green]equivariant[/]",
+        _equivariance_verdicts.BREAKS: "[red]breaks[/]",
+    }
     table = Table(title="gaugelab optimizer zoo: claimed behaviour under each gauge group")
     table.add_column("rule", style="bold", no_wrap=True)
     table.add_column("update")
     table.add_column("O(k)", no_wrap=True)
     table.add_column("±perm", no_wrap=True)
     table.add_column("GL(k)", no_wrap=True)
-    for name, rule in OPTIMIZERS.items():
+    for name, rule in _optim.OPTIMIZERS.items():
         cells = []
-        for group in CLAIM_GROUPS:
+        for group in _optim.CLAIM_GROUPS:
             c = rule.claims[group]
             cells.append(short[c.property] + ("*" if c.note else ""))
         table.add_row(name, rule.summary, *cells)
@@ -41,10 +45,10 @@ def optimizers(
         "Certify any optimizer with `gaugelab check`; --details lists defaults and sources."
     )
     if details:
-        for name, rule in OPTIMIZERS.items():
+        for name, rule in _optim.OPTIMIZERS.items():
             hyper = ", ".join(f"{k}={v}" for k, v in rule.hyperparameters().items())
             console.print(f"\n[bold]{name}[/]: {hyper}")
-            for group in CLAIM_GROUPS:
+            for group in _optim.CLAIM_GROUPS:
                 c = rule.claims[group]
                 note = f" ({c.note})" if c.note else ""
                 console.print(f"  {group}: {c.property}{note} — {c.source}")

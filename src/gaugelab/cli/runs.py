@@ -19,12 +19,17 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import failure_line, rich_table, wide_console, working
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._run_labels import trains
 from gaugelab.study.report.builder import Table as ReportTable
 from gaugelab.study.report.builder import new_report_dir
+from gaugelab.study.store.db import RunStore, StoreError
+from gaugelab.study.store.queries import file_sha256
+
+_registry = LazyModule("gaugelab.experiments.registry")
 
 if TYPE_CHECKING:
     from gaugelab.experiments.registry import WrittenReport
@@ -62,8 +67,6 @@ def _open_store(path: Path) -> Iterator["RunStore"]:
     """Open an existing store for reading; a missing or refused store, or a refusal while
     reading it, becomes a one-line error (a failure of the machine is the command guard's,
     cli/_errors.py)."""
-    from gaugelab.study.store.db import RunStore, StoreError
-
     try:
         store = RunStore(path, create=False)
     except FileNotFoundError:
@@ -128,9 +131,7 @@ def _find_run(db: "RunStore", prefix: str) -> "RunRow":
 def report_study(store: "RunStore", study: str, out_dir: Path) -> "WrittenReport":
     """:func:`gaugelab.experiments.registry.report_study`, imported when a report is written
     (it imports the study's experiment, and only that one)."""
-    from gaugelab.experiments.registry import report_study as write_now
-
-    return write_now(store, study, out_dir)
+    return _registry.report_study(store, study, out_dir)
 
 
 def list_runs(
@@ -266,8 +267,6 @@ def _relative(path: Path, folder: Path) -> str:
 def _file_state(path: Path, sha256: str) -> str:
     """``intact``, ``missing`` (a checkpoint deleted by design reads the same), ``changed``
     or ``unreadable``: the file now, against the digest the store recorded."""
-    from gaugelab.study.store.queries import file_sha256
-
     try:
         return "intact" if file_sha256(path) == sha256 else "changed"
     except FileNotFoundError:

@@ -13,9 +13,15 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, TWIN_OPTIMIZERS, TWIN_QUICK_STEPS
 from gaugelab.cli._errors import fail, guarded
+
+_equivariance_twins = LazyModule("gaugelab.equivariance.twins")
+_tasks_text = LazyModule("gaugelab.tasks.text")
+_twins = LazyModule("gaugelab.experiments.twins.run")
+_twins_views = LazyModule("gaugelab.experiments.twins.views")
 
 OPTIONS = {"steps": "--steps", "dtype": "--dtype", "batch_size": "--batch-size",
            "optimizer": "--optimizers", "compile": "--compile",
@@ -26,9 +32,7 @@ OPTIONS = {"steps": "--steps", "dtype": "--dtype", "batch_size": "--batch-size",
 def run_twins_study(*args: Any, **options: Any) -> Any:
     """:func:`gaugelab.experiments.twins.run.run_twins_study`, imported when the command runs (the
     experiment imports torch; ``gaugelab --help`` must not)."""
-    from gaugelab.experiments.twins.run import run_twins_study as run_now
-
-    return run_now(*args, **options)
+    return _twins.run_twins_study(*args, **options)
 
 
 def _cxx_compiler() -> str | None:
@@ -111,19 +115,6 @@ def twins(
     already completed in the store are not run again; a run killed mid-way resumes from its last
     checkpoint when the same command is run again.
     """
-    from gaugelab.equivariance.twins import GAUGE_DRAWS
-    from gaugelab.experiments.twins.run import (
-        QUICK_CHECKPOINTS,
-        QUICK_STEPS,
-        TwinSpec,
-        plan,
-        tables,
-        text_twin,
-        twin_optimizers,
-    )
-    from gaugelab.experiments.twins.views import verdict_lines
-    from gaugelab.tasks.text import TextTooShort
-
     console = wide_console()
     names = [o.strip() for o in optimizers.split(",") if o.strip()]
     try:
@@ -141,8 +132,11 @@ def twins(
             raise ValueError(f"--task {task!r}; allowed: modular, text")
         if dtype not in ("float32", "float64"):
             raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
-        if gauge_draw not in GAUGE_DRAWS:
-            raise ValueError(f"--gauge-draw {gauge_draw!r}; allowed: {', '.join(GAUGE_DRAWS)}")
+        if gauge_draw not in _equivariance_twins.GAUGE_DRAWS:
+            raise ValueError(
+                f"--gauge-draw {gauge_draw!r}; allowed: "
+                f"{', '.join(_equivariance_twins.GAUGE_DRAWS)}"
+            )
         if compile and not _cxx_compiler():
             raise ValueError(
                 "--compile needs a C++ compiler (g++ or clang++ on PATH, or $CXX) and none was "
@@ -152,17 +146,17 @@ def twins(
             raise ValueError(f"--text {text} is read only with --task text (task is {task!r})")
         if not names:
             raise ValueError("--optimizers is empty; allowed: zoo rules or 'muon-hybrid'")
-        if unknown := [n for n in names if n not in twin_optimizers()]:
+        if unknown := [n for n in names if n not in _twins.twin_optimizers()]:
             raise ValueError(
-                f"--optimizers {', '.join(unknown)}; allowed: {', '.join(twin_optimizers())}"
+                f"--optimizers {', '.join(unknown)}; allowed: {', '.join(_twins.twin_optimizers())}"
             )
         if task == "text":
             try:
-                base = text_twin(
+                base = _twins.text_twin(
                     text, steps=steps or (100 if quick else 300), dtype=dtype,
                     batch_size=batch_size, compile=compile, gauge_draw=gauge_draw,
                 )  # fmt: skip
-            except TextTooShort as exc:
+            except _tasks_text.TextTooShort as exc:
                 raise ValueError(
                     f"--text {text} has {exc.n_chars:,} characters; allowed: a text of at least "
                     f"{exc.needed:,} characters (a block of {exc.block_size} characters in both "
@@ -171,11 +165,15 @@ def twins(
             except (ValueError, FileNotFoundError) as exc:
                 raise ValueError(f"--text {text}: {exc}") from None
         else:
-            n = steps or (QUICK_STEPS if quick else 1500)
-            marks = QUICK_CHECKPOINTS if quick and steps is None else TwinSpec().checkpoints
-            base = TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n), dtype=dtype,
-                            compile=compile, gauge_draw=gauge_draw)  # fmt: skip
-        sweep = plan(names, base=base, pairs=pairs, merge=merge)
+            n = steps or (_twins.QUICK_STEPS if quick else 1500)
+            marks = (
+                _twins.QUICK_CHECKPOINTS
+                if quick and steps is None
+                else _twins.TwinSpec().checkpoints
+            )
+            base = _twins.TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n),
+                                   dtype=dtype, compile=compile, gauge_draw=gauge_draw)  # fmt: skip
+        sweep = _twins.plan(names, base=base, pairs=pairs, merge=merge)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
@@ -192,9 +190,11 @@ def twins(
     )  # fmt: skip
     verdicts = [
         Text.assemble((rule, "bold"), f": {rest}")
-        for rule, _, rest in (line.partition(": ") for line in verdict_lines(outcome.result))
+        for rule, _, rest in (
+            line.partition(": ") for line in _twins_views.verdict_lines(outcome.result)
+        )
     ]
-    print_outcome(console, outcome, tables(outcome.result), notes=verdicts, label_columns=2)
+    print_outcome(console, outcome, _twins.tables(outcome.result), notes=verdicts, label_columns=2)
     if not quick or task != "modular" or steps is not None:
         return
     more = [hint for hint, used in (("--dtype float64 for the float64 check", dtype == "float64"),

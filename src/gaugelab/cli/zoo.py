@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import count, print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
@@ -24,6 +25,9 @@ from gaugelab.cli._options import (
     comma_separated,
     names,
 )
+
+_sensing_dial = LazyModule("gaugelab.experiments.sensing.dial")
+_sensing_zoo = LazyModule("gaugelab.experiments.sensing.zoo")
 
 __all__ = ["dial", "register", "zoo"]
 
@@ -54,7 +58,6 @@ def _budget(steps: int | None, seeds: str | None, quick: bool, base: dict) -> di
 
 
 def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
-    from gaugelab.experiments.sensing.zoo import LearningRateGrids
 
     grids = {}
     for item in items:
@@ -62,8 +65,10 @@ def _lr_overrides(items: list[str]) -> dict[str, tuple[float, ...]]:
         if not sep or not rule.strip():
             raise ValueError(f"--lr {item!r}: expected RULE=lr1,lr2,… e.g. --lr adam=1e-4,1e-3")
         key = rule.strip().replace("-", "_")
-        if key not in LearningRateGrids.model_fields:
-            known = ", ".join(f.replace("_", "-") for f in LearningRateGrids.model_fields)
+        if key not in _sensing_zoo.LearningRateGrids.model_fields:
+            known = ", ".join(
+                f.replace("_", "-") for f in _sensing_zoo.LearningRateGrids.model_fields
+            )
             raise ValueError(f"--lr {item!r}: no rule {rule.strip()!r}; rules with a grid: {known}")
         grids[key] = comma_separated(values, "--lr", float)
     return grids
@@ -129,12 +134,9 @@ def zoo(
     Runs already completed in the store are not run again; a run killed mid-way resumes from
     its last checkpoint (every 2,000 steps) when the same command is run again.
     """
-    from gaugelab.experiments.sensing import zoo as zoo_experiment
-    from gaugelab.experiments.sensing.zoo import ZooSpec
-
     console = wide_console()
     try:
-        base = ZooSpec().model_dump()
+        base = _sensing_zoo.ZooSpec().model_dump()
         grids = {**base["lr_grids"], **_lr_overrides(lr or [])}
         fields = dict(
             n=size,
@@ -151,7 +153,7 @@ def zoo(
             fields["rules"] = names(rules)
         if decayed is not None:
             fields["decayed"] = names(decayed)
-        specs = [ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
+        specs = [_sensing_zoo.ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
         if len(specs) > 1 and (study is not None or out is not None):
             raise ValueError(
                 f"--study/--out name one study; {len(specs)} --tail values make {len(specs)} "
@@ -167,12 +169,12 @@ def zoo(
             f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
         )
         outcome = run_with_bars(
-            console, header, "rule runs", zoo_experiment.run_zoo, spec, store=store, study=study,
+            console, header, "rule runs", _sensing_zoo.run_zoo, spec, store=store, study=study,
             executor=executor, max_workers=max_workers, threads=threads, address=address,
-            report_dir=out, study_name=zoo_experiment.plan(spec, study).study,
+            report_dir=out, study_name=_sensing_zoo.plan(spec, study).study,
         )  # fmt: skip
         split = outcome.result.split
-        print_outcome(console, outcome, zoo_experiment.tables(outcome.result), label_columns=1)
+        print_outcome(console, outcome, _sensing_zoo.tables(outcome.result), label_columns=1)
         if split is not None:
             style = "bold green" if split.clean else "bold red"
             console.print(Text(split.sentence(), style=style))
@@ -217,13 +219,10 @@ def dial(
     Runs already completed in the store are not run again; a run killed mid-way resumes from
     its last checkpoint when the same command is run again.
     """
-    from gaugelab.experiments.sensing import dial as dial_experiment
-    from gaugelab.experiments.sensing.dial import DialSpec
-
     console = wide_console()
     try:
-        base = DialSpec().model_dump()
-        spec = DialSpec(
+        base = _sensing_dial.DialSpec().model_dump()
+        spec = _sensing_dial.DialSpec(
             ps=comma_separated(ps, "--ps", float) if ps else base["ps"],
             lrs=comma_separated(lrs, "--lrs", float) if lrs else base["lrs"],
             mean=mean,
@@ -244,11 +243,11 @@ def dial(
         f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
     )
     outcome = run_with_bars(
-        console, header, "dial runs", dial_experiment.run_dial, spec, store=store, study=study,
+        console, header, "dial runs", _sensing_dial.run_dial, spec, store=store, study=study,
         executor=executor, max_workers=max_workers, threads=threads, address=address,
-        report_dir=out, study_name=dial_experiment.plan(spec, study).study,
+        report_dir=out, study_name=_sensing_dial.plan(spec, study).study,
     )  # fmt: skip
-    print_outcome(console, outcome, dial_experiment.tables(outcome.result), label_columns=1)
+    print_outcome(console, outcome, _sensing_dial.tables(outcome.result), label_columns=1)
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab dial`.")
 
