@@ -63,8 +63,11 @@ def test_undamped_scaled_gd_is_at_the_noise_floor_and_adam_splits_at_step_one(st
     scaled = by["scaled-gd"]
     assert scaled.verdicts["gauge"][0] == EQUIVARIANT
     assert scaled.at("gauge/logit_distance", 1) <= 10 * scaled.at("noise/logit_distance", 1)
-    assert scaled.at("gauge/angle_max", 1) < 1e-2
+    # the angle's floor is the noise twin's angle in the same run (here 0.0101 against the gauge
+    # twin's 0.0118; a fixed bound of 1e-2 failed on another CPU), and ×10 is the verdict rule's
+    assert scaled.at("gauge/angle_max", 1) <= 10 * scaled.at("noise/angle_max", 1)
     for name in ("adam", "scalar-adam"):
+        assert by[name].at("gauge/angle_max", 1) > 10 * by[name].at("noise/angle_max", 1)
         assert by[name].verdicts["gauge"][0] == BASIS_SENSITIVE
         assert by[name].verdicts["scalar"][0] == BASIS_SENSITIVE
         assert by[name].at("gauge/logit_distance", 1) > 100 * by[name].at("noise/logit_distance", 1)

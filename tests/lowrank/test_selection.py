@@ -4,11 +4,9 @@ run through gaugelab.study.stats.compare."""
 
 from __future__ import annotations
 
-import ast
 import copy
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 
@@ -464,21 +462,6 @@ def test_validate_records_refuses_an_unknown_direction_and_mixed_tail_convention
     relative = Reconstruction(rank=2, tail_energy=0.25, source_digest="d", convention="relative")
     with pytest.raises(SelectionError, match="conventions"):
         validate_records(_mutate(2, reconstruction=relative), DECLARATIONS)
-
-
-def test_lowrank_selection_does_not_import_the_harness():
-    folder = Path(sel.__file__).parent
-    for path in [folder / "selection.py", *folder.glob("_selection_*.py")]:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom | ast.Import):
-                names = (
-                    [node.module or ""]
-                    if isinstance(node, ast.ImportFrom)
-                    else [a.name for a in node.names]
-                )
-                assert not any(
-                    n.startswith(("gaugelab.study", "gaugelab.experiments")) for n in names
-                ), (path.name, names)
 
 
 def test_the_selection_trace_freezes_lora_r2_then_opens_the_sealed_test_once(tmp_path):

@@ -89,7 +89,7 @@ def test_user_strings_are_escaped_in_the_html(twins_figure):
 
 
 def test_template_never_marks_values_safe():
-    template = resources.files("gaugelab.study").joinpath("templates", "report.html.j2")
+    template = resources.files("gaugelab.study.report").joinpath("templates", "report.html.j2")
     assert "|safe" not in template.read_text().replace(" ", "")
 
 

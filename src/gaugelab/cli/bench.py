@@ -32,14 +32,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import wide_console
 from gaugelab.cli._errors import fail
+
+torch = LazyModule("torch")
 
 
 def matmul_rate(number: int = 20, size: int = 1024) -> float:
     """This machine's fp32 matmul rate now, in GFLOP/s (best of 3 repeats of ``number``)."""
-    import torch  # here, not at the top: `gaugelab --help` imports this module
-
     a, b = torch.randn(size, size), torch.randn(size, size)
     best = min(timeit.repeat(lambda: a @ b, number=number, repeat=3)) / number
     return 2 * size**3 / best / 1e9
@@ -105,8 +106,6 @@ def peak_mib(fn: Callable[[], object]) -> tuple[float, object]:
 
     Counts torch tensors only (not numpy or Python objects).
     """
-    import torch
-
     activities = [torch.profiler.ProfilerActivity.CPU]
     with _quiet_stderr(), torch.profiler.profile(activities=activities, profile_memory=True) as p:
         value = fn()
@@ -196,7 +195,6 @@ def pinned_threads(threads: int) -> Iterator[None]:
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"--threads {threads!r}; allowed: an integer >= 1")
-    import torch
 
     before = torch.get_num_threads()
     names = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")

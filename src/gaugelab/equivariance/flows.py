@@ -11,6 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from gaugelab._lazy import LazyModule
+
+_integrate = LazyModule("scipy.integrate")
+
 
 def effective_clock(a: Callable[[float], float], t: float) -> float:
     """``τ(t) = ∫₀ᵗ du / a(u)`` for a positive scalar schedule ``a``.
@@ -29,9 +33,8 @@ def effective_clock(a: Callable[[float], float], t: float) -> float:
     """
     if t < 0:
         raise ValueError(f"effective_clock: t={t}; allowed: t >= 0")
-    from scipy.integrate import quad  # scipy only when integrating (start-up memory)
 
-    value, _ = quad(lambda u: 1.0 / a(u), 0.0, t, epsabs=1e-14, epsrel=1e-13, limit=200)
+    value, _ = _integrate.quad(lambda u: 1.0 / a(u), 0.0, t, epsabs=1e-14, epsrel=1e-13, limit=200)
     return value
 
 
@@ -76,9 +79,8 @@ def preconditioned_flow(
         return -scale * g.reshape(-1)
 
     y0 = np.asarray(theta0, dtype=np.float64).reshape(-1)
-    from scipy.integrate import solve_ivp
 
-    sol = solve_ivp(rhs, (0.0, t_end), y0, method="DOP853", rtol=rtol, atol=atol)
+    sol = _integrate.solve_ivp(rhs, (0.0, t_end), y0, method="DOP853", rtol=rtol, atol=atol)
     if not sol.success:
         raise RuntimeError(f"preconditioned_flow: integration failed: {sol.message}")
     return sol.y[:, -1].reshape(shape)

@@ -19,15 +19,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gaugelab._lazy import LazyModule
 from gaugelab.models import Transformer
 from gaugelab.models.symmetry import GaugeElements, apply_gauge
+
+_scipy_linalg = LazyModule("scipy.linalg")
 
 
 def _procrustes(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Orthogonal ``R`` minimising ``‖source R − target‖_F`` (both ``[m, D]``)."""
-    from scipy.linalg import orthogonal_procrustes  # scipy only when merging (start-up memory)
 
-    R, _ = orthogonal_procrustes(source.detach().double().numpy(), target.detach().double().numpy())
+    R, _ = _scipy_linalg.orthogonal_procrustes(
+        source.detach().double().numpy(), target.detach().double().numpy()
+    )
     return torch.from_numpy(np.ascontiguousarray(R))
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 
 from gaugelab.linalg import haar_orthogonal
-from gaugelab.linalg._checks import (
+from gaugelab.linalg.checks import (
     check_float_dtype,
     check_positive_int,
     default_generator,

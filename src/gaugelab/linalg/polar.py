@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from gaugelab.linalg._checks import check_matrix, check_positive_int
+from gaugelab.linalg.checks import check_matrix, check_positive_int
 
 MUON_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 """The quintic Newton–Schulz coefficients (a, b, c) of Muon (jordan2024muon)."""

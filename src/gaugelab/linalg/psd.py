@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from gaugelab.linalg._checks import check_matrix
+from gaugelab.linalg.checks import check_matrix
 
 
 def psd_power(

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
-from gaugelab.linalg._checks import (
+from gaugelab.linalg.checks import (
     check_float_dtype,
     check_matrix,
     check_positive_int,

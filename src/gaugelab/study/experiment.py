@@ -27,6 +27,7 @@ import pydantic
 
 from gaugelab.study.report.builder import new_report_dir
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
+from gaugelab.study.sweep import SweepResult, run_sweep
 
 if TYPE_CHECKING:  # the executors are imported by run_experiment, which runs a study
     from gaugelab.study.report.builder import Table
@@ -122,7 +123,6 @@ def run_experiment(
             f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
             "(choose another folder)"
         )
-    from gaugelab.study.sweep import run_sweep
 
     how = dict(
         executor=executor,
@@ -154,8 +154,6 @@ def run_experiment(
 
 def joined(first: SweepResult, second: SweepResult) -> SweepResult:
     """One account of two sweeps (``first``'s runs, then ``second``'s)."""
-    from gaugelab.study.sweep import SweepResult
-
     return SweepResult(
         completed=[*first.completed, *second.completed],
         skipped=[*first.skipped, *second.skipped],

@@ -27,6 +27,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import gaugelab
+from gaugelab._lazy import LazyModule
+
+torch = LazyModule("torch")
 
 __all__ = [
     "ExperimentSpec",
@@ -243,8 +246,6 @@ def current_environment() -> dict[str, Any]:
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:  # a source build without metadata
-        import torch
-
         torch_version = str(torch.__version__)
     return {
         "torch_version": torch_version,

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gaugelab._lazy import LazyModule
+
+_sklearn_datasets = LazyModule("sklearn.datasets")
+
 __all__ = ["DigitsSplits", "digits_splits", "raw_digits"]
 
 SPLITS = ("train", "selection", "eval")
@@ -29,9 +33,7 @@ SPLITS = ("train", "selection", "eval")
 def raw_digits() -> tuple[np.ndarray, np.ndarray, str]:
     """``(images [1797, 64] float64 in 0..16, labels [1797] int64, sha256 of both)``, read once
     per process from scikit-learn's bundled copy (no download)."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
+    data = _sklearn_datasets.load_digits()
     x = np.ascontiguousarray(data.data, dtype=np.float64)
     y = np.ascontiguousarray(data.target, dtype=np.int64)
     digest = hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()

@@ -16,6 +16,7 @@ import itertools
 from dataclasses import dataclass
 
 from gaugelab.experiments.intrinsic.spec import PROBLEM_LABELS, IntrinsicSpec
+from gaugelab.experiments.intrinsic.train import char_model
 
 __all__ = ["ProblemSize", "check_budgets", "problem_size"]
 
@@ -36,8 +37,6 @@ def problem_size(spec: IntrinsicSpec) -> ProblemSize:
     (finetune: the pretrain's width and depth, a 5-way head); the character Transformer by
     building it at its initialization (its parameters, grouped by owning module)."""
     if spec.problem == "char":
-        from gaugelab.experiments.intrinsic.train import char_model
-
         model, _ = char_model(spec)
         names = [n for n, p in model.named_parameters() if p.requires_grad]
         D = sum(p.numel() for p in model.parameters() if p.requires_grad)

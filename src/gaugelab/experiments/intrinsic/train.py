@@ -39,8 +39,10 @@ from gaugelab.lowrank.intrinsic.protocol import (
     SAIDReparameterization,
     make_projection,
 )
+from gaugelab.models import Transformer, TransformerConfig
 from gaugelab.optim import Adam
 from gaugelab.study.runner import AdmissionError
+from gaugelab.tasks import CharText
 from gaugelab.tasks.digits import DigitsSplits, digits_splits
 
 __all__ = [
@@ -216,9 +218,6 @@ CHAR_BLOCK = 32
 def char_model(spec: IntrinsicSpec) -> tuple[nn.Module, Any]:
     """The causal character Transformer (``layers`` blocks, ``d_model = hidden``, two heads) at
     its initialization, and the packaged tiny-shakespeare it reads."""
-    from gaugelab.models import Transformer, TransformerConfig
-    from gaugelab.tasks import CharText
-
     text = CharText.tiny_shakespeare(block_size=CHAR_BLOCK)
     config = TransformerConfig(
         n_layers=spec.layers, d_model=spec.hidden, n_heads=2, d_head=spec.hidden // 2,

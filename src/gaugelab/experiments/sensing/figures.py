@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from gaugelab._lazy import LazyModule
 from gaugelab.experiments.sensing.convex import CONVEX
 from gaugelab.experiments.sensing.problem import (
     COORDINATEWISE_CLASS,
@@ -24,6 +25,9 @@ from gaugelab.experiments.sensing.problem import (
 )
 from gaugelab.experiments.sensing.results import DialResult, ZooResult
 from gaugelab.study.report.figures import palette, plot_curves, plot_scatter, save_figure
+
+_mpl = LazyModule("matplotlib")
+_mpl_colors = LazyModule("matplotlib.colors")
 
 __all__ = ["dial_colors", "dial_figures", "rule_colors", "zoo_figures"]
 
@@ -122,14 +126,13 @@ def zoo_figures(result: ZooResult, directory: Path) -> list:
 def dial_colors(result: DialResult) -> dict[str, str]:
     """One colour per line of the dial's figures: the per-p arm black, each shared rate a
     shade of viridis (ordered like the rates), gd red, the planted rank grey."""
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
     lrs = result.spec.lrs
-    shades = colormaps["viridis"]
+    shades = _mpl.colormaps["viridis"]
     colors = {"per-p rate": "black", "gd": "#d62728", "planted": "#7f7f7f"}
     for j, lr in enumerate(lrs):
-        colors[f"fixed lr {lr:g}"] = to_hex(shades(0.1 + 0.75 * j / max(len(lrs) - 1, 1)))
+        colors[f"fixed lr {lr:g}"] = _mpl_colors.to_hex(
+            shades(0.1 + 0.75 * j / max(len(lrs) - 1, 1))
+        )
     return colors
 
 

@@ -18,7 +18,12 @@ from gaugelab.experiments.twins.results import TwinRow
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+from gaugelab._lazy import LazyModule
 from gaugelab.study.report import builder as rep
+
+_agg = LazyModule("matplotlib.backends.backend_agg")
+_mpl_figure = LazyModule("matplotlib.figure")
+_mpl_lines = LazyModule("matplotlib.lines")
 
 # matplotlib is imported by twin_panels, which draws: reading a study back needs none of it.
 
@@ -63,16 +68,13 @@ def twin_panels(
         raise ValueError(f"twin_panels: metric={metric!r}; allowed: logit_distance, qk_drift")
     if not rows:
         raise ValueError("twin_panels: rows is empty")
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
 
     colors = colors or optimizer_colors(rows)
     optimizers = list(dict.fromkeys(row.optimizer for row in rows))
     ncols = min(4, len(optimizers))
     nrows = math.ceil(len(optimizers) / ncols)
-    fig = Figure(figsize=(3.3 * ncols, 2.7 * nrows + 0.7), layout="constrained")
-    FigureCanvasAgg(fig)  # a display-free canvas; pyplot's global state is never touched
+    fig = _mpl_figure.Figure(figsize=(3.3 * ncols, 2.7 * nrows + 0.7), layout="constrained")
+    _agg.FigureCanvasAgg(fig)  # a display-free canvas; pyplot's global state is never touched
     axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).flatten()
     for ax, optimizer in zip(axes, optimizers, strict=False):
         color, floors = colors[optimizer], []
@@ -102,9 +104,11 @@ def twin_panels(
     for ax in axes[::ncols]:
         ax.set_ylabel(label)
     handles = [
-        Line2D([], [], color="0.2", linestyle="-", label="gauge twin"),
-        Line2D([], [], color="0.2", linestyle="--", label="noise twin"),
-        Line2D([], [], color="0.45", linestyle=":", label="noise floor (noise twin at step 1)"),
+        _mpl_lines.Line2D([], [], color="0.2", linestyle="-", label="gauge twin"),
+        _mpl_lines.Line2D([], [], color="0.2", linestyle="--", label="noise twin"),
+        _mpl_lines.Line2D(
+            [], [], color="0.45", linestyle=":", label="noise floor (noise twin at step 1)"
+        ),
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
     title = ("Twin divergence: each twin's validation logits against its base's"

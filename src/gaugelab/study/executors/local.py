@@ -29,10 +29,13 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Any
 
+from gaugelab._lazy import LazyModule
 from gaugelab.study import runner
 from gaugelab.study.runner import Outcome, RunInterrupted, execute_run
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.store.owner import Owner, gone, this_process
+
+torch = LazyModule("torch")
 
 POLL_SECONDS = 0.25
 """How often a waiting driver looks at its runs, its workers' progress and held runs."""
@@ -134,8 +137,6 @@ def cancelled(store_path: str, identities: list[str]) -> list[Outcome]:
 def set_threads(threads: int | None) -> None:
     """``torch.set_num_threads(threads)`` in this worker (``None``: leave torch's default)."""
     if threads is not None:
-        import torch
-
         torch.set_num_threads(threads)
 
 
@@ -158,7 +159,6 @@ class InProcess:
         if not self._queue:
             return []
         task = self._queue.popleft()
-        import torch
 
         before = torch.get_num_threads()
         set_threads(self._threads)

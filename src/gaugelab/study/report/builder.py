@@ -36,6 +36,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import jinja2  # only a report needs it; the CLI imports this module for Table
+
 from gaugelab.study.report.figures import (
     PNG_DPI,
     PNG_SIGNATURE,
@@ -177,7 +179,6 @@ def format_number(value: Any) -> str:
 
 @functools.cache
 def _environment() -> jinja2.Environment:
-    import jinja2  # only a report needs it; the CLI imports this module for Table
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("gaugelab.study.report", "templates"),

@@ -14,11 +14,22 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gaugelab._lazy import LazyModule
+
+_mpl = LazyModule("matplotlib")
+_agg = LazyModule("matplotlib.backends.backend_agg")
+_mpl_colors = LazyModule("matplotlib.colors")
+_mpl_figure = LazyModule("matplotlib.figure")
+_mpl_ticker = LazyModule("matplotlib.ticker")
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -91,7 +102,6 @@ def save_figure(
     for path in (png_path, svg_path):
         if path.exists():
             raise FileExistsError(f"save_figure: {path} already exists; refusing to overwrite")
-    from matplotlib import rc_context
 
     png_bytes, svg_bytes = io.BytesIO(), io.BytesIO()
     fig.savefig(png_bytes, format="png", dpi=PNG_DPI)
@@ -99,7 +109,7 @@ def save_figure(
     if engine is not None:  # the SVG keeps the PNG's layout instead of computing it again
         fig.set_layout_engine("none")
     try:
-        with rc_context({"svg.hashsalt": "gaugelab"}):
+        with _mpl.rc_context({"svg.hashsalt": "gaugelab"}):
             fig.savefig(svg_bytes, format="svg", metadata={"Date": None})
     finally:
         if engine is not None:
@@ -131,11 +141,10 @@ def save_figure(
 
 
 def _new_figure() -> tuple[Figure, Any]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
-    FigureCanvasAgg(fig)  # attach a display-free canvas; pyplot's global state is never touched
+    fig = _mpl_figure.Figure(figsize=(6.4, 4.0), layout="constrained")
+    # attach a display-free canvas; pyplot's global state is never touched
+    _agg.FigureCanvasAgg(fig)
     return fig, fig.add_subplot()
 
 
@@ -168,7 +177,6 @@ def plot_curves(
     """
     if not series:
         raise ValueError("plot_curves: series is empty; pass at least one label → (steps, values)")
-    import numpy as np
 
     fig, ax = _new_figure()
     colors = colors or {}
@@ -271,11 +279,8 @@ def palette(labels: Sequence[str]) -> dict[str, str]:
     Returns:
         label → hex colour (``"#1f77b4"``, …); a repeated label keeps its first colour.
     """
-    from matplotlib import colormaps
-    from matplotlib.colors import to_hex
-
-    shades = [to_hex(c) for c in colormaps["tab10"].colors]
-    shades += [to_hex(c) for c in colormaps["tab20"].colors[1::2]]
+    shades = [_mpl_colors.to_hex(c) for c in _mpl.colormaps["tab10"].colors]
+    shades += [_mpl_colors.to_hex(c) for c in _mpl.colormaps["tab20"].colors[1::2]]
     out: dict[str, str] = {}
     for label in labels:
         if label not in out:
@@ -288,10 +293,6 @@ def step_axis(ax: Any, steps: list[int] | tuple[int, ...], *, log: bool = False)
     shown), or log (``log=True``, steps ≥ 1); major ticks at the given steps as integers,
     thinned so that neighbours stay apart (the last step always labelled), no minor ticks.
     Returns the labelled steps."""
-    import math
-
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
     marks = sorted({int(s) for s in steps if s >= (1 if log else 0)})
     if log:
         ax.set_xscale("log")
@@ -312,7 +313,7 @@ def step_axis(ax: Any, steps: list[int] | tuple[int, ...], *, log: bool = False)
                 ticks[-1] = marks[-1]
             else:
                 ticks.append(marks[-1])
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:.0f}"))
-    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_locator(_mpl_ticker.FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(_mpl_ticker.FuncFormatter(lambda x, _: f"{x:.0f}"))
+    ax.xaxis.set_minor_locator(_mpl_ticker.NullLocator())
     return ticks

@@ -26,7 +26,12 @@ from gaugelab.study.stats.envelope import (
     iso_quality_cost_ratio,
     upper_envelope,
 )
-from gaugelab.study.stats.paired import PairedComparison, paired_differences
+from gaugelab.study.stats.paired import (
+    PairedComparison,
+    paired_cells,
+    paired_columns,
+    paired_differences,
+)
 from gaugelab.study.stats.pareto import (
     Direction,
     Selection,
@@ -46,6 +51,8 @@ __all__ = [
     "SelectionReport",
     "feasible_selection",
     "iso_quality_cost_ratio",
+    "paired_cells",
+    "paired_columns",
     "paired_differences",
     "pareto_front",
     "select_then_report",

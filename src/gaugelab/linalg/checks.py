@@ -1,4 +1,4 @@
-"""Argument checks shared by the numerics layer (private)."""
+"""Argument checks shared by the numerics layer and the gauge groups: shapes, dtypes, batching."""
 
 from __future__ import annotations
 
