@@ -1,45 +1,38 @@
-"""Experiments: the reference protocols, each as a declarative study on the harness.
+"""Experiments: the reference protocols, one package each, every one a declarative study.
 
-Every experiment module has the same small surface:
+Every experiment package has the same surface, named by its :class:`~gaugelab.study.experiment.
+Experiment` record ``EXPERIMENT`` (all of them in :data:`gaugelab.experiments.registry.REGISTRY`,
+by study kind):
 
 * a frozen **spec** (an :class:`~gaugelab.study.spec.ExperimentSpec`: every default is the
-  protocol of docs/protocols.md, every field described):
-  :class:`~gaugelab.experiments.sensing.zoo.ZooSpec`,
-  :class:`~gaugelab.experiments.sensing.dial.DialSpec`,
-  :class:`~gaugelab.experiments.twins.run.TwinStudy`,
-  :class:`~gaugelab.experiments.lora.run.FinetuneSpec`;
+  protocol of docs/protocols.md, every field described; it names its trainer);
 * ``plan(spec) -> Sweep``: the study's runs, executed by :func:`gaugelab.study.run_sweep` — the
   one executor (local processes or Ray), which skips completed runs, retries only
   infrastructure failures and resumes interrupted runs from their checkpoints;
-* ``collect(store, study) -> Result``: the typed result, read back from the run store (stored
-  metrics, artifacts and verdicts; nothing recomputed that a run already stored);
+* ``collect(store, study) -> Result``: the typed result, read back from the run store through
+  its verified reader (:mod:`gaugelab.study.store.results`; nothing recomputed that a run
+  already stored), with a versioned JSON form (``EXPERIMENT.to_json`` / ``from_json``);
 * ``tables(result) -> list[Table]``: renderable rows (no rich objects), shown by the CLI and by
   the report alike;
-* ``report(result, out_dir) -> Path``: figures and the self-contained HTML report.
+* ``report(result, out_dir) -> Path``: figures and the self-contained HTML report;
+* ``run_…(spec, **options) -> StudyOutcome``: all of it at once
+  (:func:`~gaugelab.study.experiment.run_experiment`); the ``gaugelab`` commands are these calls
+  plus rendering.
 
-``run_zoo``, ``run_dial``, ``run_twins_study`` and ``run_lora_finetune`` do all of it at once
-(:func:`~gaugelab.study.experiment.run_experiment`) and return a
-:class:`~gaugelab.study.experiment.StudyOutcome` (result, the executor's account, report
-path); the ``gaugelab`` commands are these calls plus rendering.
+Packages (files inside named by role: ``spec``, ``train``, ``results``, ``views``, ``figures``,
+``run``):
 
-Modules:
-
-* :mod:`~gaugelab.experiments.sensing.zoo` — the matrix-sensing optimizer zoo (docs/protocols.md
-§3);
-* :mod:`~gaugelab.experiments.sensing.dial` — the Adam-p dial (docs/protocols.md §4);
-* :mod:`~gaugelab.experiments.twins.run` — the attention-head twin protocol (docs/protocols.md §5);
-* :mod:`~gaugelab.experiments.lora.run` — LoRA on real text: a pretrain run, full and LoRA
-  fine-tuning candidates, and ``inspect_lora`` (rank policies, truncation, the evidence
-  ladder; docs/commands/lora.md);
-* :mod:`~gaugelab.experiments.registry` — study kind → experiment module, and a study's
-  report by its experiment (``gaugelab report``);
-* private: ``_sensing`` (the batched sensing task), ``_training`` (the resumable training loop),
-  ``_rule_results`` (a rule's result, recorded and read back verified), ``_rates`` (rate
-  selection), ``_grids`` (the zoo's rate grids), ``_split`` (the zoo's split verdict),
-  ``_convex`` (the convex reference row), ``sensing_report`` (the zoo's and the dial's tables
-  and reports), ``_sensing_figures`` (their figures), ``_twins_spec`` / ``_twins_data`` /
-  ``_twins_results`` / ``_twins_figures`` (the twin protocol's configuration, data, read-back,
-  and figures), ``_study`` (what the experiments share).
+* :mod:`~gaugelab.experiments.sensing` — the matrix-sensing zoo (``zoo``, docs/protocols.md §3)
+  and the Adam-p dial (``dial``, §4);
+* :mod:`~gaugelab.experiments.twins` — the attention-head twin protocol (§5);
+* :mod:`~gaugelab.experiments.lora` — LoRA on real text: a pretrain run, full and LoRA
+  fine-tuning candidates, and ``inspect_lora`` (docs/commands/lora.md);
+* :mod:`~gaugelab.experiments.lora_compare` — comparing and composing adapters;
+* :mod:`~gaugelab.experiments.lora_twins`, :mod:`~gaugelab.experiments.lora_kernel`,
+  :mod:`~gaugelab.experiments.intrinsic`, :mod:`~gaugelab.experiments.learn_forget` — the
+  LoRA gauge twins, kernel diagnostics, intrinsic dimension and the rank study;
+* :mod:`~gaugelab.experiments.registry` — study kind → record, and a study's report by its
+  experiment (``gaugelab report``).
 """
 
 from gaugelab._lazy import lazy_exports

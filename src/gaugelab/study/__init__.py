@@ -1,17 +1,21 @@
-"""The run harness: specs and manifests, the run store, checkpoints, sweeps, comparisons, reports.
+"""The run harness: specs, the run store, sweeps, the experiment record, statistics, reports.
 
 * ``spec`` — frozen, content-hashed experiment specs and their manifests;
-* ``store`` — the append-only SQLite run store (studies, runs, attempts, metrics, artifacts),
-  where each attempt names its owner process and a run is claimed before it trains;
+* ``store/`` — the append-only SQLite run store (studies, runs, attempts, metrics, artifacts),
+  where each attempt names its owner process and a run is claimed before it trains, and its
+  one verified read path of results (``store.results``);
 * ``checkpoint`` — safetensors + JSON checkpoints for bit-identical resume;
 * ``context`` — what a running experiment may do (log, progress, artifacts, checkpoints);
-* ``runner`` / ``sweep`` — one attempt in a process; grids of runs on local processes or Ray,
-  safe to run twice at once into one store, stopped by Ctrl-C with :class:`SweepInterrupted`;
-* ``compare`` — paired differences, envelopes, iso-quality cost ratios, Pareto and feasible sets;
-* ``sealed`` — a held-out test set opened once, after the release is frozen, every access
-  logged in the store;
-* ``figures`` — matplotlib figures saved as PNG + SVG; ``report`` — a self-contained HTML
-  report per study; ``summary`` — the generic report of any study from the store.
+* ``runner`` / ``sweep`` / ``executors/`` — one attempt in a process; grids of runs on local
+  processes or Ray, safe to run twice at once into one store, stopped by Ctrl-C with
+  :class:`SweepInterrupted`;
+* ``experiment`` — the :class:`~gaugelab.study.experiment.Experiment` record every experiment
+  exports, and ``run_experiment``;
+* ``stats/`` — paired differences, envelopes, iso-quality cost ratios, Pareto and feasible sets;
+* ``report/`` — the one report builder (a self-contained HTML report per study), its figures
+  (PNG + SVG) and the generic report of any study from the store;
+* ``release/`` — release governance of a rank study: the declared design, candidate selection,
+  and the sealed test (opened once, after the release is frozen, every access logged).
 """
 
 from gaugelab._lazy import lazy_exports
