@@ -3,8 +3,10 @@
 This is the one place where gaugelab defers imports. ``gaugelab --help``, ``gaugelab runs`` and
 store-only worker processes must not pay for torch, matplotlib or the executors, so
 
-* a package whose submodules import them (``gaugelab.study``, ``gaugelab.experiments`` and
-  each experiment package) exposes its public names through :func:`lazy_exports`;
+* a package face re-exports its modules' names through :func:`lazy_face` (each experiment
+  package, the low-rank subpackages, the store and the report builder) or, where it picks
+  names from many modules, through :func:`lazy_exports` (``gaugelab.study``,
+  ``gaugelab.experiments``);
 * the CLI names the heavy modules it calls as :class:`LazyModule` at its top
   (``torch = LazyModule("torch")``) instead of importing them inside each command.
 
@@ -45,6 +47,45 @@ def lazy_exports(
 
     def __dir__() -> list[str]:
         return sorted(exports)
+
+    return __getattr__, __dir__
+
+
+def lazy_face(
+    package: str, *modules: str
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` for a package face that re-exports its modules' names.
+
+    The face lists no names of its own: a name is looked up in each module's ``__all__``, in
+    the order given, when it is first read (the module is imported then).
+
+    Args:
+        package: the package's ``__name__``.
+        modules: its submodules whose ``__all__`` the face re-exports (``"run"``, ``"db"``).
+
+    Returns:
+        ``(__getattr__, __dir__)``: assign both at module level.
+
+    Raises:
+        AttributeError: (from ``__getattr__``) a name none of the modules exports.
+    """
+
+    def exporting(name: str) -> Any:
+        for module in modules:
+            loaded = importlib.import_module(f"{package}.{module}")
+            if name in getattr(loaded, "__all__", ()):
+                return loaded
+        return None
+
+    def __getattr__(name: str) -> Any:
+        loaded = None if name.startswith("__") else exporting(name)
+        if loaded is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(loaded, name)
+
+    def __dir__() -> list[str]:
+        names = {n for m in modules for n in importlib.import_module(f"{package}.{m}").__all__}
+        return sorted(names)
 
     return __getattr__, __dir__
 

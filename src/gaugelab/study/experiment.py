@@ -25,14 +25,16 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pydantic
 
+from gaugelab._lazy import LazyModule
 from gaugelab.study.report.builder import new_report_dir
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
-from gaugelab.study.sweep import SweepResult, run_sweep
 
 if TYPE_CHECKING:  # the executors are imported by run_experiment, which runs a study
     from gaugelab.study.report.builder import Table
     from gaugelab.study.spec import ExperimentSpec
     from gaugelab.study.sweep import Sweep, SweepResult
+
+_sweep = LazyModule("gaugelab.study.sweep")  # the executors load torch; reading results does not
 
 R = TypeVar("R")
 S = TypeVar("S", bound="ExperimentSpec")
@@ -133,8 +135,8 @@ def run_experiment(
         progress=progress,
         step_progress=step_progress,
     )
-    before = None if first is None else run_sweep(first, **how)
-    swept = run_sweep(sweep, **how)
+    before = None if first is None else _sweep.run_sweep(first, **how)
+    swept = _sweep.run_sweep(sweep, **how)
     if before is not None:
         swept = joined(before, swept)
     if phase is not None:
@@ -154,7 +156,7 @@ def run_experiment(
 
 def joined(first: SweepResult, second: SweepResult) -> SweepResult:
     """One account of two sweeps (``first``'s runs, then ``second``'s)."""
-    return SweepResult(
+    return _sweep.SweepResult(
         completed=[*first.completed, *second.completed],
         skipped=[*first.skipped, *second.skipped],
         failed=[*first.failed, *second.failed],

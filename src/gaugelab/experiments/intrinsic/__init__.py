@@ -12,25 +12,6 @@
 The public names of ``run`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "EXPERIMENT": "run",
-    "PROBLEM_LABELS": "run",
-    "DigitsPretrainSpec": "run",
-    "IntrinsicResult": "run",
-    "IntrinsicSpec": "run",
-    "collect": "run",
-    "estimate_intrinsic_dimension": "run",
-    "figure": "run",
-    "plan": "run",
-    "plan_pretrain": "run",
-    "quick_spec": "run",
-    "report": "run",
-    "run_intrinsic_dim": "run",
-    "tables": "run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "run")

@@ -159,13 +159,7 @@ def estimate_intrinsic_dimension(
 
 
 EXPERIMENT: Experiment[IntrinsicSpec, IntrinsicResult] = Experiment(
-    kind=IntrinsicSpec.kind,
-    spec=IntrinsicSpec,
-    result=IntrinsicResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_intrinsic_dim,
+    IntrinsicSpec.kind, IntrinsicSpec, IntrinsicResult, plan, collect, tables, report,
+    run_intrinsic_dim,
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -21,28 +21,6 @@
 The public names of ``run`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "EXPERIMENT": "run",
-    "STRESS_FILES": "run",
-    "Decision": "run",
-    "LearnForgetResult": "run",
-    "LearnForgetSpec": "run",
-    "Measured": "run",
-    "collect": "run",
-    "default_stress": "run",
-    "design_manifest": "run",
-    "not_shown": "run",
-    "notes": "run",
-    "plan": "run",
-    "quick_spec": "run",
-    "release": "run",
-    "report": "run",
-    "run_learn_forget": "run",
-    "tables": "run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "run")

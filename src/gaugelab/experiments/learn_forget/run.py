@@ -163,13 +163,7 @@ def run_learn_forget(
 
 
 EXPERIMENT: Experiment[LearnForgetSpec, LearnForgetResult] = Experiment(
-    kind=LearnForgetSpec.kind,
-    spec=LearnForgetSpec,
-    result=LearnForgetResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_learn_forget,
+    LearnForgetSpec.kind, LearnForgetSpec, LearnForgetResult, plan, collect, tables, report,
+    run_learn_forget,
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -26,39 +26,6 @@
 The public names of ``run`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "EXPERIMENT": "run",
-    "ALL_TARGETS": "run",
-    "ATTENTION": "run",
-    "FULL_LR": "run",
-    "LORA_LR": "run",
-    "MLP": "run",
-    "Candidate": "run",
-    "Curves": "run",
-    "FinetuneSpec": "run",
-    "InspectResult": "run",
-    "LoraResult": "run",
-    "ModuleReport": "run",
-    "PretrainSpec": "run",
-    "candidate_fields": "run",
-    "collect": "run",
-    "curve_figure": "run",
-    "inspect_lora": "run",
-    "inspect_report": "run",
-    "inspect_tables": "run",
-    "plan": "run",
-    "plan_pretrain": "run",
-    "quick_spec": "run",
-    "report": "run",
-    "resolve_targets": "run",
-    "run_lora_finetune": "run",
-    "run_lora_inspect": "run",
-    "tables": "run",
-    "train_pretrain": "run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "run")

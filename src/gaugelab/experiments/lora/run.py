@@ -212,13 +212,6 @@ def _short(source: str) -> str:
 
 
 EXPERIMENT: Experiment[FinetuneSpec, LoraResult] = Experiment(
-    kind=FinetuneSpec.kind,
-    spec=FinetuneSpec,
-    result=LoraResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_lora_finetune,
+    FinetuneSpec.kind, FinetuneSpec, LoraResult, plan, collect, tables, report, run_lora_finetune
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

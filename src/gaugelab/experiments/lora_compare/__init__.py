@@ -13,18 +13,6 @@
 The public names of ``run`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "CompareResult": "run",
-    "ComposeResult": "run",
-    "ModuleComparison": "run",
-    "compare_lora": "run",
-    "compose_lora": "run",
-    "run_lora_compare": "run",
-    "run_lora_compose": "run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "run")

@@ -9,29 +9,6 @@
 The public names of ``run`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "EXPERIMENT": "run",
-    "LIMITS": "run",
-    "LR": "run",
-    "OPTIMIZERS": "run",
-    "PATHS": "run",
-    "KernelResult": "run",
-    "KernelSpec": "run",
-    "OptimizerRun": "run",
-    "collect": "run",
-    "diagnostics_figure": "run",
-    "limits_table": "run",
-    "notes": "run",
-    "plan": "run",
-    "quick_spec": "run",
-    "report": "run",
-    "run_lora_kernel": "run",
-    "tables": "run",
-    "train_paths": "run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "run")

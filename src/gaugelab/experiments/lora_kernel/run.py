@@ -100,13 +100,6 @@ def run_lora_kernel(
 
 
 EXPERIMENT: Experiment[KernelSpec, KernelResult] = Experiment(
-    kind=KernelSpec.kind,
-    spec=KernelSpec,
-    result=KernelResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_lora_kernel,
+    KernelSpec.kind, KernelSpec, KernelResult, plan, collect, tables, report, run_lora_kernel
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -11,28 +11,6 @@
 The public names of ``run`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "EXPERIMENT": "run",
-    "DEFAULT_LR": "run",
-    "LORA_TWIN_OPTIMIZERS": "run",
-    "TWIN_NAMES": "run",
-    "LoraTwinRow": "run",
-    "LoraTwinSpec": "run",
-    "LoraTwinsResult": "run",
-    "PretrainSpec": "run",
-    "angle_line": "run",
-    "collect": "run",
-    "distance_figure": "run",
-    "notes": "run",
-    "plan": "run",
-    "quick_twin_spec": "run",
-    "report": "run",
-    "run_lora_twins": "run",
-    "tables": "run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "run")

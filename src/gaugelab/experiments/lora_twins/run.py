@@ -135,13 +135,6 @@ def run_lora_twins(
 
 
 EXPERIMENT: Experiment[LoraTwinSpec, LoraTwinsResult] = Experiment(
-    kind=LoraTwinSpec.kind,
-    spec=LoraTwinSpec,
-    result=LoraTwinsResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_lora_twins,
+    LoraTwinSpec.kind, LoraTwinSpec, LoraTwinsResult, plan, collect, tables, report, run_lora_twins
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

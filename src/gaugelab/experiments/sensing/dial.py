@@ -120,13 +120,6 @@ def run_dial(
 
 
 EXPERIMENT: Experiment[DialSpec, DialResult] = Experiment(
-    kind=DialSpec.kind,
-    spec=DialSpec,
-    result=DialResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_dial,
+    DialSpec.kind, DialSpec, DialResult, plan, collect, tables, report, run_dial
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

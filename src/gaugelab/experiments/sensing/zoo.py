@@ -133,13 +133,6 @@ def run_zoo(
 
 
 EXPERIMENT: Experiment[ZooSpec, ZooResult] = Experiment(
-    kind=ZooSpec.kind,
-    spec=ZooSpec,
-    result=ZooResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_zoo,
+    ZooSpec.kind, ZooSpec, ZooResult, plan, collect, tables, report, run_zoo
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

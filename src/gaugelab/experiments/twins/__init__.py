@@ -10,40 +10,9 @@
 * ``spec`` — The twin protocol's configuration: optimizers and their hyperparameters, the model
   configs, and :class:`TwinSpec` (one optimizer's twin run).
 
-The public names of ``run`` are re-exported here (imported on first use).
+The public names of ``run``, ``views`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "EXPERIMENT": "run",
-    "DEFAULT_OPTIMIZERS": "run",
-    "HYBRID": "run",
-    "PROTOCOL_HYPER": "run",
-    "QUICK_CHECKPOINTS": "run",
-    "QUICK_STEPS": "run",
-    "TEXT_HYPER": "run",
-    "ModularData": "run",
-    "TextData": "run",
-    "TwinRow": "run",
-    "TwinSpec": "run",
-    "TwinStudy": "run",
-    "TwinsResult": "run",
-    "build_members": "run",
-    "collect": "run",
-    "distance_figure": "run",
-    "plan": "run",
-    "report": "run",
-    "run_twins": "run",
-    "run_twins_study": "run",
-    "tables": "run",
-    "text_model_config": "run",
-    "text_twin": "run",
-    "twin_data": "run",
-    "twin_model_config": "run",
-    "twin_optimizers": "run",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "run", "views")

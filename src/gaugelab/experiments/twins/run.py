@@ -307,13 +307,6 @@ __all__ = [
 
 
 EXPERIMENT: Experiment[TwinStudy, TwinsResult] = Experiment(
-    kind=TwinStudy.kind,
-    spec=TwinStudy,
-    result=TwinsResult,
-    plan=plan,
-    collect=collect,
-    tables=tables,
-    report=report,
-    run=run_twins_study,
+    TwinStudy.kind, TwinStudy, TwinsResult, plan, collect, tables, report, run_twins_study
 )
 """This experiment's record (:class:`gaugelab.study.experiment.Experiment`)."""

@@ -15,6 +15,8 @@ from gaugelab.experiments.twins.results import TABLE_STEPS, TwinsResult
 from gaugelab.study.report import builder as rep
 from gaugelab.study.stats.paired import paired_cells, paired_columns
 
+__all__ = ["distance_table", "merge_table", "paired_table", "report", "tables", "verdict_lines"]
+
 
 def _fmt(x: float | None) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):

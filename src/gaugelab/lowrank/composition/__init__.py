@@ -5,35 +5,9 @@
 * ``ledger`` — Static composition of low-rank updates: concatenated factors, rank ledger,
   interference.
 
-The public names of ``ledger`` and ``adapters`` are re-exported here.
+The public names of ``ledger``, ``adapters`` are re-exported here (imported on first use).
 """
 
-from gaugelab.lowrank.composition.adapters import ComposedAdapter, ModuleLedger, compose_adapters
-from gaugelab.lowrank.composition.ledger import (
-    Compressed,
-    Interference,
-    StageRow,
-    StaticComposition,
-    StaticMergeCheck,
-    compose_static,
-    compress,
-    interference,
-    staged_expansion_report,
-    static_merge_exists,
-)
+from gaugelab._lazy import lazy_face
 
-__all__ = [
-    "ComposedAdapter",
-    "Compressed",
-    "Interference",
-    "ModuleLedger",
-    "StageRow",
-    "StaticComposition",
-    "StaticMergeCheck",
-    "compose_adapters",
-    "compose_static",
-    "compress",
-    "interference",
-    "staged_expansion_report",
-    "static_merge_exists",
-]
+__getattr__, __dir__ = lazy_face(__name__, "ledger", "adapters")

@@ -12,61 +12,9 @@
 * ``rebalance`` — Rebalancing LoRA factors, ``(B, A) ↦ (B G, G⁻¹ A)``, with the optimizer state
   moved or reset.
 
-The public names of ``motion`` are re-exported here.
+The public names of ``motion``, ``diagnostics`` are re-exported here (imported on first use).
 """
 
-from gaugelab.lowrank.dynamics.motion import (
-    MECHANISMS,
-    AdamStep,
-    Matrix,
-    RankLedgerRow,
-    Representability,
-    SgdStep,
-    ZeroProductStart,
-    adam_first_step,
-    balancing_gauge,
-    classify_zero_product,
-    compensated_rates,
-    factor_gradients,
-    factor_penalty,
-    finite_step_cross_term,
-    gauge_is_representable,
-    initial_velocity_coefficient,
-    latent_balance,
-    product_penalty,
-    product_velocity,
-    product_velocity_terms,
-    rank_ledger,
-    rank_scaling_exponent,
-    rank_stable_scale_exponent,
-    scalar_gauge,
-    sgd_step,
-)
+from gaugelab._lazy import lazy_face
 
-__all__ = [
-    "MECHANISMS",
-    "AdamStep",
-    "Matrix",
-    "RankLedgerRow",
-    "Representability",
-    "SgdStep",
-    "ZeroProductStart",
-    "adam_first_step",
-    "balancing_gauge",
-    "classify_zero_product",
-    "compensated_rates",
-    "factor_gradients",
-    "factor_penalty",
-    "finite_step_cross_term",
-    "gauge_is_representable",
-    "initial_velocity_coefficient",
-    "latent_balance",
-    "product_penalty",
-    "product_velocity",
-    "product_velocity_terms",
-    "rank_ledger",
-    "rank_scaling_exponent",
-    "rank_stable_scale_exponent",
-    "scalar_gauge",
-    "sgd_step",
-]
+__getattr__, __dir__ = lazy_face(__name__, "motion", "diagnostics")

@@ -8,51 +8,9 @@
   parameter count.
 * ``ledgers`` — Expressivity ledgers: what rank is enough for, with the quantifiers carried along.
 
-The public names of ``ledgers`` are re-exported here.
+The public names of ``ledgers`` are re-exported here (imported on first use).
 """
 
-from gaugelab.lowrank.expressivity.ledgers import (
-    CLAIMS,
-    DeepLoraParameters,
-    Matrix,
-    TheoremClaim,
-    complement_recurrence,
-    compression_error_bound,
-    compression_residual,
-    deep_lora_parameters,
-    exact_adapter_rank,
-    first_omitted_singular_value,
-    generic_uniform_rank,
-    ntk_existence_rank,
-    ntk_landscape_rank,
-    padded_factorization,
-    partition_covers,
-    product_gap,
-    telescoping_terms,
-    transformer_rank_threshold,
-    truncation_residuals,
-    uniform_partition_rank,
-)
+from gaugelab._lazy import lazy_face
 
-__all__ = [
-    "CLAIMS",
-    "DeepLoraParameters",
-    "Matrix",
-    "TheoremClaim",
-    "complement_recurrence",
-    "compression_error_bound",
-    "compression_residual",
-    "deep_lora_parameters",
-    "exact_adapter_rank",
-    "first_omitted_singular_value",
-    "generic_uniform_rank",
-    "ntk_existence_rank",
-    "ntk_landscape_rank",
-    "padded_factorization",
-    "partition_covers",
-    "product_gap",
-    "telescoping_terms",
-    "transformer_rank_threshold",
-    "truncation_residuals",
-    "uniform_partition_rank",
-]
+__getattr__, __dir__ = lazy_face(__name__, "ledgers")

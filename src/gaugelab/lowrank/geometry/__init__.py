@@ -7,51 +7,9 @@
 * ``projectors`` — Tangent and normal projectors of :mod:`gaugelab.lowrank.geometry.factor_map`
   (seed 003 §0x03G–0x03I).
 
-The public names of ``factor_map`` are re-exported here.
+The public names of ``factor_map`` are re-exported here (imported on first use).
 """
 
-from gaugelab.lowrank.geometry.factor_map import (
-    EXACT_JACOBIAN_LIMIT,
-    FixedRankDimension,
-    JacobianRank,
-    Matrix,
-    exact_rank,
-    factor_map_adjoint,
-    factor_map_differential,
-    factor_map_jacobian,
-    fixed_rank_dimension,
-    flatten_factors,
-    gauge_directions,
-    is_normal,
-    jacobian_rank,
-    normal_project,
-    normal_projector_operator,
-    orthogonal_projectors,
-    svd_rank,
-    tangent_project,
-    tangent_projector_operator,
-    unflatten_factors,
-)
+from gaugelab._lazy import lazy_face
 
-__all__ = [
-    "EXACT_JACOBIAN_LIMIT",
-    "FixedRankDimension",
-    "JacobianRank",
-    "Matrix",
-    "exact_rank",
-    "factor_map_adjoint",
-    "factor_map_differential",
-    "factor_map_jacobian",
-    "fixed_rank_dimension",
-    "flatten_factors",
-    "gauge_directions",
-    "is_normal",
-    "jacobian_rank",
-    "normal_project",
-    "normal_projector_operator",
-    "orthogonal_projectors",
-    "svd_rank",
-    "tangent_project",
-    "tangent_projector_operator",
-    "unflatten_factors",
-]
+__getattr__, __dir__ = lazy_face(__name__, "factor_map")

@@ -10,4 +10,13 @@
   sampled inputs.
 * ``spectrum`` — Spectra with provenance and rank reports: what every rank policy reads and
   returns.
+
+The public names of ``ranks``, ``spectrum``, ``factored``, ``reconstruction``, ``covariance`` are
+re-exported here (imported on first use).
 """
+
+from gaugelab._lazy import lazy_face
+
+__getattr__, __dir__ = lazy_face(
+    __name__, "ranks", "spectrum", "factored", "reconstruction", "covariance"
+)

@@ -9,45 +9,9 @@
 * ``phi`` — The LoRA paper's normalised similarity φ over leading singular directions, and
   orthogonal Procrustes alignment of bases.
 
-The public names of ``compare`` are re-exported here.
+The public names of ``compare`` are re-exported here (imported on first use).
 """
 
-from gaugelab.lowrank.subspaces.compare import (
-    BASIS_POLICIES,
-    SIDES,
-    HaarBaseline,
-    HaarNull,
-    PhiMatrix,
-    ProcrustesFit,
-    SubspaceComparison,
-    SubspaceReport,
-    UpdateBases,
-    compare_updates,
-    haar_baseline,
-    haar_null,
-    lora_phi,
-    phi_matrix,
-    principal_angles,
-    procrustes_align,
-    update_bases,
-)
+from gaugelab._lazy import lazy_face
 
-__all__ = [
-    "BASIS_POLICIES",
-    "SIDES",
-    "HaarBaseline",
-    "HaarNull",
-    "PhiMatrix",
-    "ProcrustesFit",
-    "SubspaceComparison",
-    "SubspaceReport",
-    "UpdateBases",
-    "compare_updates",
-    "haar_baseline",
-    "haar_null",
-    "lora_phi",
-    "phi_matrix",
-    "principal_angles",
-    "procrustes_align",
-    "update_bases",
-]
+__getattr__, __dir__ = lazy_face(__name__, "compare")

@@ -28,4 +28,11 @@ selection, gates and the sealed test.
   identities.
 * ``validate`` — Fail-closed validation of candidate records before any selection (seed 003
   §0x0BU).
+
+The public names of ``design``, ``selection``, ``sealed`` are re-exported here (imported on first
+use).
 """
+
+from gaugelab._lazy import lazy_face
+
+__getattr__, __dir__ = lazy_face(__name__, "design", "selection", "sealed")

@@ -11,29 +11,6 @@ study report.
 The public names of ``builder`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "PNG_DPI": "builder",
-    "PNG_SIGNATURE": "builder",
-    "Failure": "builder",
-    "FigureArtifact": "builder",
-    "RunSummary": "builder",
-    "StudyReport": "builder",
-    "Table": "builder",
-    "format_number": "builder",
-    "new_report_dir": "builder",
-    "palette": "builder",
-    "path_slug": "builder",
-    "plot_curves": "builder",
-    "plot_scatter": "builder",
-    "render_report": "builder",
-    "save_figure": "builder",
-    "seeds_phrase": "builder",
-    "step_axis": "builder",
-    "write_report": "builder",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "builder")

@@ -6,4 +6,10 @@ sets.
   ratio.
 * ``paired`` — Paired differences over the seeds two matched arms share.
 * ``pareto`` — Pareto front, constraint-feasible selection, and select-then-report.
+
+The public names of ``compare`` are re-exported here (imported on first use).
 """
+
+from gaugelab._lazy import lazy_face
+
+__getattr__, __dir__ = lazy_face(__name__, "compare")

@@ -13,27 +13,9 @@ reader of results.
 * ``storefile`` — The run store's file: its format, its creation, and opening it before any row is
   read.
 
-The public names of ``db`` are re-exported here (imported on first use).
+The public names of ``db``, ``results`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab._lazy import lazy_face
 
-_EXPORTS = {
-    "APPLICATION_ID": "db",
-    "DEFAULT_STORE_PATH": "db",
-    "SCHEMA_VERSION": "db",
-    "TERMINATION_CLASSES": "db",
-    "ArtifactRow": "db",
-    "AttemptRow": "db",
-    "Claim": "db",
-    "MetricRow": "db",
-    "RunRow": "db",
-    "RunStore": "db",
-    "StoreError": "db",
-    "StudyRow": "db",
-    "file_sha256": "db",
-}
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_face(__name__, "db", "results")
