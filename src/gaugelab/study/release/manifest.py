@@ -18,6 +18,7 @@ from gaugelab.study.release.units import (
     TrainingUnit,
     sha256_hex,
 )
+from gaugelab.study.stats.pareto import Direction
 
 __all__ = [
     "CONFIGURED_RANK",
@@ -37,7 +38,6 @@ MISSING_CELL_POLICIES: tuple[str, ...] = ("keep-incomplete", "fail-closed")
 _DIRECTIONS = ("max", "min")
 CONFIGURED_RANK = "configured_rank"
 """The tie-break key of the candidate coordinate ``configured_rank_or_inf`` (not a metric)."""
-Direction = Literal["max", "min"]
 
 
 def _strings(name: str, value: object, *, empty: bool = False) -> tuple[str, ...]:

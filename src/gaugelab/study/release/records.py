@@ -19,6 +19,8 @@ from dataclasses import dataclass, fields, is_dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
+from gaugelab.study.stats.pareto import DIRECTIONS, Direction
+
 __all__ = [
     "DIRECTIONS",
     "KERNEL_BUNDLE_FIELDS",
@@ -35,8 +37,6 @@ __all__ = [
     "target_gain",
 ]
 
-Direction = Literal["max", "min"]
-DIRECTIONS: tuple[str, ...] = ("max", "min")
 METHODS: tuple[str, ...] = ("base", "full", "lora", "rslora")
 """Candidate methods: ``base`` (the frozen base model, no update), ``full`` fine-tuning, ``lora``
 (``s = α/r``) and ``rslora`` (``s = α/√r``)."""

@@ -28,7 +28,8 @@ __all__ = [
 ]
 
 Direction = Literal["max", "min"]
-_DIRECTIONS = ("max", "min")
+"""Whether a metric is better high (``"max"``) or low (``"min"``)."""
+DIRECTIONS: tuple[str, ...] = ("max", "min")
 
 
 # --------------------------------------------------------------------------------------------
@@ -49,7 +50,7 @@ def _metric(fn: str, points: Sequence[Mapping[str, float]], i: int, key: str) ->
 
 
 def _check_direction(fn: str, key: str, direction: str) -> None:
-    if direction not in _DIRECTIONS:
+    if direction not in DIRECTIONS:
         raise ValueError(f"{fn}: unknown direction {direction!r} for {key!r}; known: max, min")
 
 
