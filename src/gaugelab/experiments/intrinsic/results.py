@@ -337,15 +337,6 @@ def report(result: IntrinsicResult, out_dir: str | os.PathLike[str]) -> Path:
         rep.RunSummary(s.identity, s.termination, IntrinsicSpec.model_validate(s.spec).run_label())
         for s in result.states
     ]
-    return rep.write_report(
-        rep.StudyReport(
-            name=result.study,
-            spec=result.spec.spec_dict(),
-            runs=runs,
-            tables=tables(result),
-            figures=figures,
-            failures=[rep.Failure(r.identity, r.termination, r.message) for r in result.failures],
-            notes=notes,
-        ),
-        folder,
+    return rep.write_result_report(
+        result, folder, runs=runs, tables=tables(result), figures=figures, notes=notes
     )

@@ -321,19 +321,12 @@ def report(result: LearnForgetResult, out_dir: str | os.PathLike[str]) -> Path:
         rep.RunSummary(c.state.identity, c.state.termination, f"{c.candidate} ({c.block})", {})
         for c in result.cells
     ]
-    return rep.write_report(
-        rep.StudyReport(
-            name=result.study,
-            spec=result.spec.spec_dict(),
-            runs=runs,
-            tables=tables(result),
-            figures=figures,
-            notes=notes(result),
-            failures=[
-                rep.Failure(c.state.identity, c.state.termination, c.state.message)
-                for c in result.cells
-                if not c.state.completed
-            ],
-        ),
-        folder,
-    )
+    failures = [
+        rep.Failure(c.state.identity, c.state.termination, c.state.message)
+        for c in result.cells
+        if not c.state.completed
+    ]
+    return rep.write_result_report(
+        result, folder, runs=runs, tables=tables(result), figures=figures, notes=notes(result),
+        failures=failures,
+    )  # fmt: skip

@@ -252,15 +252,6 @@ def report(result: LoraResult, out_dir: str | os.PathLike[str]) -> Path:
                            {"target": _mean(c.final("target")),
                             "retention": _mean(c.final("retention"))})
             for c in (result.pretrain, *result.candidates)]  # fmt: skip
-    return rep.write_report(
-        rep.StudyReport(
-            name=result.study,
-            spec=result.spec.spec_dict(),
-            runs=runs,
-            tables=tables(result),
-            figures=figures,
-            failures=[rep.Failure(r.identity, r.termination, r.message) for r in result.failures],
-            notes=notes(result),
-        ),
-        folder,
+    return rep.write_result_report(
+        result, folder, runs=runs, tables=tables(result), figures=figures, notes=notes(result)
     )

@@ -225,14 +225,9 @@ def report(result: KernelResult, out_dir: str | os.PathLike[str]) -> Path:
         summary = {"R_lin": last.get("r_lin"), "D_K": last.get("d_k")}
         runs.append(rep.RunSummary(run.state.identity, run.state.termination, run.optimizer,
                                    summary))  # fmt: skip
-    return rep.write_report(
-        rep.StudyReport(
-            name=result.study, spec=result.spec.spec_dict(), runs=runs,
-            tables=[*tables(result), limits_table()], figures=figures,
-            failures=[rep.Failure(r.identity, r.termination, r.message) for r in result.failures],
-            notes=notes(result),
-        ),
-        folder,
+    return rep.write_result_report(
+        result, folder, runs=runs, tables=[*tables(result), limits_table()], figures=figures,
+        notes=notes(result),
     )  # fmt: skip
 
 

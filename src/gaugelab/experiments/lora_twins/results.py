@@ -281,15 +281,6 @@ def report(result: LoraTwinsResult, out_dir: str | os.PathLike[str]) -> Path:
         )
         for r in result.rows
     ]
-    return rep.write_report(
-        rep.StudyReport(
-            name=result.study,
-            spec=result.spec.spec_dict(),
-            runs=runs,
-            tables=tables(result),
-            figures=figures,
-            notes=notes(result),
-            failures=[rep.Failure(s.identity, s.termination, s.message) for s in result.failures],
-        ),
-        folder,
+    return rep.write_result_report(
+        result, folder, runs=runs, tables=tables(result), figures=figures, notes=notes(result)
     )

@@ -24,10 +24,9 @@ from gaugelab.experiments.sensing.results import DialResult, ZooResult, ZooRow
 from gaugelab.study.report.builder import (
     Failure,
     RunSummary,
-    StudyReport,
     Table,
     format_number,
-    write_report,
+    write_result_report,
 )
 from gaugelab.study.stats.paired import paired_cells, paired_columns, paired_differences
 
@@ -220,17 +219,10 @@ def zoo_report(result: ZooResult, directory: Path) -> Path:
         notes.append(f"{CONVEX}: {result.convex_skipped}")
     elif result.convex is None and result.spec.convex:
         notes.append(f"{CONVEX}: the convex run did not complete (see the failures)")
-    report = StudyReport(
-        name=result.study,
-        spec=result.spec.spec_dict(),
-        runs=runs,
-        tables=zoo_tables(result),
-        figures=figures,
-        failures=failures,
-        notes=notes,
-        created_at=datetime.now(UTC),
-    )
-    return write_report(report, directory)
+    return write_result_report(
+        result, directory, runs=runs, tables=zoo_tables(result), figures=figures, notes=notes,
+        failures=failures, created_at=datetime.now(UTC),
+    )  # fmt: skip
 
 
 def dial_tables(result: DialResult) -> list[Table]:
@@ -295,14 +287,7 @@ def dial_report(result: DialResult, directory: Path) -> Path:
         else "recovery error is NOT monotone in p",
         "the gd reference uses gd's zoo grid (ours) at the dial's budget",
     ]
-    report = StudyReport(
-        name=result.study,
-        spec=result.spec.spec_dict(),
-        runs=runs,
-        tables=dial_tables(result),
-        figures=figures,
-        failures=failures,
-        notes=notes,
-        created_at=datetime.now(UTC),
-    )
-    return write_report(report, directory)
+    return write_result_report(
+        result, directory, runs=runs, tables=dial_tables(result), figures=figures, notes=notes,
+        failures=failures, created_at=datetime.now(UTC),
+    )  # fmt: skip

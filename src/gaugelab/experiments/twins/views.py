@@ -120,17 +120,10 @@ def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:
              "mean over layer × head), styled as above."),
         )
     ] if measured else []  # fmt: skip
-    return rep.write_report(
-        rep.StudyReport(
-            name=result.study,
-            spec=result.study_spec(),
-            runs=[rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
-                                 {"verdict": r.verdict}) for r in result.rows],
-            tables=tables(result),
-            figures=figures,
-            failures=[rep.Failure(r.identity, r.termination, r.explanation)
-                      for r in result.failures],
-            notes=verdict_lines(result),
-        ),
-        folder,
+    runs = [rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
+                           {"verdict": r.verdict}) for r in result.rows]
+    failures = [rep.Failure(r.identity, r.termination, r.explanation) for r in result.failures]
+    return rep.write_result_report(
+        result, folder, runs=runs, tables=tables(result), figures=figures,
+        notes=verdict_lines(result), failures=failures, spec=result.study_spec(),
     )  # fmt: skip

@@ -71,6 +71,7 @@ __all__ = [
     "seeds_phrase",
     "step_axis",
     "write_report",
+    "write_result_report",
 ]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -304,3 +305,47 @@ def write_report(report: StudyReport, directory: str | Path, *, overwrite: bool 
             f"write_report: {path} already exists; refusing to overwrite (pass overwrite=True)"
         ) from None
     return path
+
+
+def write_result_report(
+    result: Any,
+    directory: str | Path,
+    *,
+    runs: Sequence[RunSummary],
+    tables: Sequence[Table],
+    figures: Sequence[FigureArtifact] = (),
+    notes: Sequence[str] = (),
+    failures: Sequence[Failure] | None = None,
+    spec: Mapping[str, Any] | None = None,
+    created_at: datetime | str | None = None,
+) -> Path:
+    """The report of an experiment's typed result, written to ``directory/report.html``.
+
+    Args:
+        result: the result; its ``study`` names the report, its ``spec.spec_dict()`` is the
+            spec shown (unless ``spec`` is given), and each of its ``failures`` (with
+            ``identity``, ``termination``, ``message``) is a failure line (unless ``failures``
+            is given).
+        directory, runs, tables, figures, notes, created_at: as :class:`StudyReport` and
+            :func:`write_report`.
+        failures, spec: what to show instead of the result's own.
+
+    Returns:
+        The path of the written file.
+
+    Raises:
+        FileExistsError: ``report.html`` exists.
+    """
+    if failures is None:
+        failures = [Failure(f.identity, f.termination, f.message) for f in result.failures]
+    report = StudyReport(
+        name=result.study,
+        spec=result.spec.spec_dict() if spec is None else spec,
+        runs=runs,
+        tables=tables,
+        figures=figures,
+        failures=failures,
+        notes=notes,
+        created_at=created_at,
+    )
+    return write_report(report, directory)
