@@ -10,6 +10,7 @@ sweep. A worker whose driver dies on this host stops its run (its heartbeat thre
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import sys
 from typing import Any
@@ -33,8 +34,6 @@ RAY_MISSING = "run_sweep: executor='ray' needs Ray; install gaugelab[ray] (pip i
 
 def ray_available() -> bool:
     """Whether Ray can be imported (checked before a sweep registers any run)."""
-    import importlib.util
-
     return importlib.util.find_spec("ray") is not None
 
 
