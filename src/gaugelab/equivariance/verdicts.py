@@ -118,4 +118,57 @@ __all__ = [
     "TWIN_VERDICTS",
     "VERDICTS",
     "Verdict",
+    "triplet_verdict",
+    "twin_verdict",
 ]
+
+
+def twin_verdict(gauge: list[float], noise: list[float]) -> tuple[str, str]:
+    """Classify from the gauge and noise twins' logit distances at steps ≥ 1 (step 1 first).
+
+    ``basis-sensitive``: gauge ≥ 100 × noise at step 1. ``equivariant-then-chaotic``: gauge
+    ≤ 10 × noise at step 1, and both end far above the step-1 floor (≥ 1000 × the noise twin's
+    step-1 distance): round-off is amplified, in every basis alike. ``equivariant``: gauge
+    ≤ 10 × noise at every step (in float64 an equivariant gauge twin sits far below its noise
+    twin, at round-off). Otherwise ``inconclusive``. (An identity twin that moved is read by
+    :func:`triplet_verdict` first.)
+
+    Raises:
+        ValueError: empty or unequal series.
+
+    Source: singh2026lossbasis, §6 (reading the triplet).
+    """
+    if not gauge or len(gauge) != len(noise):
+        raise ValueError("twin_verdict: need equally long, non-empty gauge and noise series")
+    g1, n1 = gauge[0], max(noise[0], 1e-300)
+    if g1 >= 100 * n1:
+        return BASIS_SENSITIVE, f"gauge twin {g1:.1e} at step 1, {g1 / n1:.0f}× its noise twin"
+    below = [g <= 10 * max(n, 1e-300) for g, n in zip(gauge, noise, strict=True)]
+    floor = 1000 * n1
+    if below[0] and gauge[-1] >= floor and noise[-1] >= floor:
+        return CHAOTIC, (
+            f"gauge and noise twins agree at step 1 ({g1:.1e} vs {n1:.1e}) and both end far "
+            f"above that floor ({gauge[-1]:.1e} vs {noise[-1]:.1e}): chaotic amplification of "
+            f"round-off, not basis dependence"
+        )
+    if all(below):
+        return EQUIVARIANT, f"gauge twin ≤ 10× its noise twin throughout (step 1: {g1:.1e})"
+    return INCONCLUSIVE, f"gauge twin {gauge[-1]:.1e} vs noise twin {noise[-1]:.1e} at the end"
+
+
+def triplet_verdict(records: dict[int, dict[str, float]]) -> tuple[str, str]:
+    """The verdict of a run's records (steps ≥ 1): ``nondeterministic`` when an identity twin
+    is not exactly 0 at some step, else :func:`twin_verdict` of the gauge and noise twins, or
+    ``inconclusive`` when either is missing."""
+    steps = sorted(s for s in records if s >= 1)
+    moved = [s for s in steps if records[s].get("identity/logit_distance", 0.0) != 0.0]
+    if moved:
+        value = records[moved[0]]["identity/logit_distance"]
+        return NONDETERMINISTIC, f"identity twin at {value:.1e} (step {moved[0]}), not exactly 0"
+    names = ("gauge/logit_distance", "noise/logit_distance")
+    measured = [s for s in steps if all(n in records[s] for n in names)]
+    if not measured:
+        return INCONCLUSIVE, "needs both a gauge and a noise twin, measured after step 0"
+    return twin_verdict(
+        [records[s][names[0]] for s in measured], [records[s][names[1]] for s in measured]
+    )
