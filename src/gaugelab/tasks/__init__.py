@@ -21,12 +21,11 @@ from gaugelab.tasks.domains import (
     UnknownReport,
     two_domain_spec,
 )
+from gaugelab.tasks.measures import balancedness, effective_rank
 from gaugelab.tasks.modular import ModularArithmetic
 from gaugelab.tasks.sensing import (
     MatrixSensing,
     SensingInstance,
-    balancedness,
-    effective_rank,
     factor_init,
     make_sensing,
 )
