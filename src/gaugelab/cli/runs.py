@@ -5,12 +5,9 @@ never creates one. Strings from the store (study names, messages, spec values) a
 plain text, never as rich markup. Errors are one ``error: …`` line on stderr with exit code 2.
 """
 
-import contextlib
 import csv
 import io
 import json
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -24,16 +21,17 @@ from gaugelab.cli._console import failure_line, rich_table, wide_console, workin
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._run_labels import trains
+from gaugelab.cli._run_lookup import MIN_PREFIX, check_study, find_run, open_store
 from gaugelab.study.report.builder import Table as ReportTable
 from gaugelab.study.report.builder import new_report_dir
-from gaugelab.study.store.db import RunStore, StoreError
+from gaugelab.study.store.db import RunStore
 from gaugelab.study.store.queries import file_sha256
 
 _registry = LazyModule("gaugelab.experiments.registry")
 
 if TYPE_CHECKING:
     from gaugelab.experiments.registry import WrittenReport
-    from gaugelab.study.store.db import MetricRow, RunRow, RunStore
+    from gaugelab.study.store.db import MetricRow, RunStore
 
 # The store (pydantic specs) is imported by the commands that open one, and an experiment only
 # by `report` of a study of its kind: `gaugelab runs list` imports no torch.
@@ -62,70 +60,10 @@ def _t(value: object) -> Text:
     return Text("—" if value is None else str(value))
 
 
-@contextlib.contextmanager
-def _open_store(path: Path) -> Iterator["RunStore"]:
-    """Open an existing store for reading; a missing or refused store, or a refusal while
-    reading it, becomes a one-line error (a failure of the machine is the command guard's,
-    cli/_errors.py)."""
-    try:
-        store = RunStore(path, create=False)
-    except FileNotFoundError:
-        raise fail(f"no run store at {path}; run a sweep first or pass --store PATH") from None
-    except StoreError as exc:
-        raise fail(str(exc)) from None
-    try:
-        yield store
-    except ValueError as exc:  # StoreError, an unknown study
-        raise fail(str(exc)) from None
-    finally:
-        store.close()
-
-
-def _check_study(db: "RunStore", study: str | None, what: str = "--study") -> None:
-    """Refuse a study name the store does not hold, naming the option and the known ones."""
-    if study is None:
-        return
-    known = [row.name for row in db.studies()]
-    if study not in known:
-        raise fail(
-            f"{what} {study!r}: no such study in {db.path}; known: "
-            f"{', '.join(map(repr, known)) or 'none'}"
-        )
-
-
-_PREFIX = re.compile(r"[0-9a-f]{4,64}")
-MIN_PREFIX = 4
-"""The shortest identity prefix ``runs show`` accepts."""
 SPEC_LIST_MAX = 8
 SPEC_LIST_HEAD = 3
 """``runs show`` prints a spec list longer than ``SPEC_LIST_MAX`` as its first
 ``SPEC_LIST_HEAD`` items (``--full-spec``: whole)."""
-
-
-def _find_run(db: "RunStore", prefix: str) -> "RunRow":
-    """The run whose identity starts with ``prefix`` (4 to 64 lowercase hex characters).
-
-    The store looks the prefix up; a prefix shorter than the store's own minimum is matched
-    against the listing of its runs."""
-    if not _PREFIX.fullmatch(prefix):
-        raise fail(
-            f"RUN {prefix!r}; allowed: {MIN_PREFIX} to 64 lowercase hex characters of a run "
-            "identity (see `gaugelab runs list`)"
-        )
-    try:
-        return db.run(prefix)
-    except ValueError as exc:
-        if "allowed:" not in str(exc):  # no such run, or ambiguous: the store's message
-            raise fail(f"RUN {prefix}: {str(exc).removeprefix('run: ')}") from None
-    matches = [row.identity for row in db.runs() if row.identity.startswith(prefix)]
-    if len(matches) != 1:
-        found = ", ".join(m[:12] for m in matches[:5]) + (", …" if len(matches) > 5 else "")
-        raise fail(
-            f"RUN {prefix}: no run in {db.path} has an identity starting with it"
-            if not matches
-            else f"RUN {prefix} is ambiguous ({found}); give more characters"
-        )
-    return db.run(matches[0])
 
 
 def report_study(store: "RunStore", study: str, out_dir: Path) -> "WrittenReport":
@@ -146,8 +84,8 @@ def list_runs(
     The termination column is the latest attempt's class (``open`` while it runs). On a
     narrow terminal the table continues below, the identity repeated.
     """
-    with _open_store(store) as db:
-        _check_study(db, study)
+    with open_store(store) as db:
+        check_study(db, study)
         runs = db.runs(study)
         rows = []
         for run in runs:
@@ -182,8 +120,8 @@ def show_run(
 ) -> None:
     """Show one run: its manifest, spec, attempts, files (each checked against the sha256 the
     store recorded) and the last value of each metric."""
-    with _open_store(store) as db:
-        row = _find_run(db, run)
+    with open_store(store) as db:
+        row = find_run(db, run)
         attempts = db.attempts(row.identity)
         metrics = db.metrics(row.identity)
         artifacts = db.artifacts(row.identity)
@@ -351,8 +289,8 @@ def export(
         check_location("--out", out)
     except ValueError as exc:
         raise fail(exc) from None
-    with _open_store(store) as db:
-        _check_study(db, study)
+    with open_store(store) as db:
+        check_study(db, study)
         rows = export_metrics(db, study=study, trajectory=trajectory)
     text = _render(rows, fmt)
     if out is None:
@@ -397,8 +335,8 @@ def report(
         check_location("--out", out, folder=True)
     except ValueError as exc:
         raise fail(exc) from None
-    with _open_store(store) as db:
-        _check_study(db, study, "STUDY")
+    with open_store(store) as db:
+        check_study(db, study, "STUDY")
         if out is not None:
             folder = out
         else:
