@@ -7,9 +7,10 @@ adapters ``lora finetune`` wrote). Its output is normalised by :func:`normalise`
 one package per experiment, so a rearrangement that changes any table, verdict or number fails
 here.
 
-Normalisation (what is stable across CPUs, the rounding the docs use): progress lines are
-dropped; paths, timestamps, content hashes and columns of wall-clock seconds are masked;
-table cells are taken without the box drawing and column padding; prose is re-joined (rich
+Normalisation (what is stable across CPUs, the rounding the docs use): progress lines (and
+the heartbeat of work slower than 5 s) are dropped; paths, timestamps, content hashes and
+columns of wall-clock seconds are masked; table cells are taken without the box drawing and
+column padding; prose is re-joined (rich
 wraps it to the console width); every non-integer, and every integer of three or more
 significant digits, is written with two, and a non-zero number
 below 1e-4 in magnitude — round-off-sized, and different on another CPU — reads ``~0``.
@@ -50,6 +51,7 @@ COMMANDS: dict[str, list[str]] = {
 
 _TIMED = {"seconds", "time", "wall", "wall s"}
 _PROGRESS = re.compile(r"^[\w -]+: \d+/\d+ \w+.*\d\d:\d\d$")
+_HEARTBEAT = re.compile(r"^\S.*: \d\d:\d\d$")  # "inspecting lora r=2: 00:05", on slow work
 _BOX = re.compile(r"^[\s─━═┏┓┗┛┡┩└┘├┤┬┴┼╇╈┳┻╋┃│]*$")
 _PATH = re.compile(r"(?<![\w.])/[^\s'\"`),]+")
 _TIME = re.compile(r"\d{8}T\d{6}Z")
@@ -82,7 +84,7 @@ def normalise(text: str) -> str:
 
     for raw in text.splitlines():
         line = raw.rstrip()
-        if _PROGRESS.match(line.strip()):
+        if _PROGRESS.match(line.strip()) or _HEARTBEAT.match(line.strip()):
             continue
         line = _TIME.sub("<time>", _PATH.sub("<path>", line))
         line = _NUMBER.sub(_round, _HEX.sub("<hash>", line))
@@ -134,7 +136,7 @@ def test_quick_form_prints_its_golden_output(outputs, name):
 
 def test_normalise_rounds_masks_and_unwraps():
     text = (
-        "twin runs: 1/4 runs, adam 24/100 steps, 00:05\n"
+        "twin runs: 1/4 runs, adam 24/100 steps, 00:05\ninspecting lora r=2: 00:05\n"
         "report: /tmp/x/reports/zoo-a39aeaa59d33/20261203T141523Z/report.html\n"
         "┃ rule ┃ step 1   ┃ seconds ┃\n│ adam │ 3.62e-03 │ 0.7 │\n│ q_proj │ 2.87e-07 │ 1 │\n"
         "gauge twin 3.6e-03 at step 1, 12607× its noise\ntwin, 0.247 and 1200 steps\n"
