@@ -15,8 +15,9 @@ import typer
 from rich.text import Text
 
 from gaugelab._lazy import LazyModule
-from gaugelab.cli._console import rich_table, wide_console, working
+from gaugelab.cli._console import wide_console, working
 from gaugelab.cli._errors import check_location, fail, guarded
+from gaugelab.cli._tables import rich_table
 from gaugelab.cli.bench import pinned_threads
 from gaugelab.study.store.db import StoreError
 from gaugelab.study.store.results import ArtifactError
