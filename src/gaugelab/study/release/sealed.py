@@ -10,15 +10,7 @@ feasible set records "no release" and leaves the test sealed (§0x0BU); after a 
 freezing another candidate is refused: a failed release gate means no release or a new
 versioned study, never "pick the runner-up using test".
 
-Persistence uses the existing tables only (no schema change): the seal is one run of kind
-``sealed-test`` (:class:`SealedTestSpec`: study, design digest, test splits) registered under
-the study; each event is one attempt of that run, ended ``completed`` when accepted and
-``admission_failure`` when refused, with the event's canonical JSON as the attempt's message
-and as a ``test-access`` artifact file beside the store
-(``<store folder>/<store name>.artifacts/<run id[:16]>/events/<ordinal>-<event>.json``,
-beside the store's other run files, so two stores in one folder never share one). An event is
-decided while this process holds an open attempt taken with :meth:`RunStore.claim`, so two processes
-never both open the test.
+How the events are kept in the run store: :mod:`gaugelab.study.release.sealed_log`.
 
 Source: seed 003 §0x0BI (no test leakage into selection), §0x0BT (held-out test is a report),
 §0x0BU (the executable trace: ``freeze`` → ``assert not test_store.was_opened()`` →

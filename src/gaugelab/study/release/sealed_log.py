@@ -3,6 +3,16 @@ event log's parsing into a :class:`SealStatus`.
 
 Re-exported by :mod:`gaugelab.study.release.sealed` (which holds :class:`SealedTestStore`).
 
+Persistence uses the existing tables only (no schema change): the seal is one run of kind
+``sealed-test`` (:class:`SealedTestSpec`: study, design digest, test splits) registered under
+the study; each event is one attempt of that run, ended ``completed`` when accepted and
+``admission_failure`` when refused, with the event's canonical JSON as the attempt's message
+and as a ``test-access`` artifact file beside the store
+(``<store folder>/<store name>.artifacts/<run id[:16]>/events/<ordinal>-<event>.json``,
+beside the store's other run files, so two stores in one folder never share one). An event is
+decided while the process holds an open attempt taken with :meth:`RunStore.claim`, so two
+processes never both open the test.
+
 Source: seed 003 §0x0BT–0x0BV (the held-out test access record).
 """
 
