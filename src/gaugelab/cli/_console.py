@@ -23,11 +23,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._errors import RESUME, check_location, environment_message, fail, interrupted
 from gaugelab.cli._tables import rich_table
 from gaugelab.errors import NonFiniteError
 from gaugelab.study.report.builder import Table
-from gaugelab.study.store.db import RunStore, StoreError  # the store, only when a study runs
+
+_db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only when a study runs
 
 if TYPE_CHECKING:
     from gaugelab.study.experiment import StudyOutcome
@@ -241,14 +243,14 @@ def run_with_bars(
         check_location("--store", store)
         check_location("--out", options.get("report_dir"), folder=True)
         if store is not None and os.path.exists(store):
-            RunStore(store, create=False).close()  # refuses a bad file untouched
+            _db.RunStore(store, create=False).close()  # refuses a bad file untouched
         console.print(Text(header))
         with run_bar(console, description) as bars:
             return run(*args, **options, progress=bars.runs, step_progress=bars.steps,
                        phase=bars.phase)  # fmt: skip
     except KeyboardInterrupt as exc:
         raise interrupted(exc, resumable=True) from None
-    except (ValueError, StoreError, NonFiniteError) as exc:
+    except (ValueError, _db.StoreError, NonFiniteError) as exc:
         raise fail(str(exc)) from None
     except (OSError, sqlite3.Error) as exc:
         if not _disk_full(exc) or store is None:

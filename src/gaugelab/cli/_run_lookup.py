@@ -7,9 +7,15 @@ import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli._errors import fail
-from gaugelab.study.store.db import RunRow, RunStore, StoreError
+
+if TYPE_CHECKING:
+    from gaugelab.study.store.db import RunRow, RunStore
+
+_db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only when a command reads it
 
 
 @contextlib.contextmanager
@@ -18,10 +24,10 @@ def open_store(path: Path) -> Iterator[RunStore]:
     reading it, becomes a one-line error (a failure of the machine is the command guard's,
     cli/_errors.py)."""
     try:
-        store = RunStore(path, create=False)
+        store = _db.RunStore(path, create=False)
     except FileNotFoundError:
         raise fail(f"no run store at {path}; run a sweep first or pass --store PATH") from None
-    except StoreError as exc:
+    except _db.StoreError as exc:
         raise fail(str(exc)) from None
     try:
         yield store

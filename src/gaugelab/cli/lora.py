@@ -35,10 +35,9 @@ from gaugelab.cli._options import (
     comma_separated,
 )
 from gaugelab.cli.bench import pinned_threads
-from gaugelab.study.store.db import StoreError
-from gaugelab.study.store.results import ArtifactError
 
 _lora = LazyModule("gaugelab.experiments.lora.run")
+_store = LazyModule("gaugelab.study.store")
 
 __all__ = ["finetune", "inspect", "lora_app", "register"]
 
@@ -208,7 +207,13 @@ def inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
                 report_dir=out, write_report=report,
             )  # fmt: skip
-    except (ValueError, FileNotFoundError, FileExistsError, StoreError, ArtifactError) as exc:
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        _store.StoreError,
+        _store.ArtifactError,
+    ) as exc:
         options = {"seed": "--seed", "ranks": "--ranks", "study": "--study"}
         raise fail(str(exc).removeprefix("inspect_lora: "), options) from None
     for table in _lora.inspect_tables(result):

@@ -19,11 +19,10 @@ from gaugelab.cli._console import wide_console, working
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._tables import rich_table
 from gaugelab.cli.bench import pinned_threads
-from gaugelab.study.store.db import StoreError
-from gaugelab.study.store.results import ArtifactError
 
 _lora_compare = LazyModule("gaugelab.experiments.lora_compare.run")
 _lora_compare_views = LazyModule("gaugelab.experiments.lora_compare.views")
+_store = LazyModule("gaugelab.study.store")
 
 __all__ = ["compare", "compose", "register"]
 
@@ -139,7 +138,13 @@ def compare(
                 null_samples=null_samples, null_seed=null_seed, report_dir=out,
                 write_report=report, against_full=against_full is not None,
             )  # fmt: skip
-    except (ValueError, FileNotFoundError, FileExistsError, StoreError, ArtifactError) as exc:
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        _store.StoreError,
+        _store.ArtifactError,
+    ) as exc:
         raise fail(str(exc).removeprefix("compare_lora: "), _OPTIONS) from None
     for table in _lora_compare_views.compare_tables(result):
         console.print(rich_table(table, label_columns=1))
@@ -227,7 +232,13 @@ def compose(
                 seeds=per_seed, study=study, evaluate=evaluate, samples=1 if quick else 2,
                 report_dir=report_out, write_report=report,
             )  # fmt: skip
-    except (ValueError, FileNotFoundError, FileExistsError, StoreError, ArtifactError) as exc:
+    except (
+        ValueError,
+        FileNotFoundError,
+        FileExistsError,
+        _store.StoreError,
+        _store.ArtifactError,
+    ) as exc:
         message = str(exc)
         for prefix in ("compose_lora: ", "compose_adapters: "):
             message = message.removeprefix(prefix)

@@ -25,10 +25,9 @@ from gaugelab.cli._run_lookup import MIN_PREFIX, check_study, find_run, open_sto
 from gaugelab.cli._tables import rich_table
 from gaugelab.study.report.builder import Table as ReportTable
 from gaugelab.study.report.builder import new_report_dir
-from gaugelab.study.store.db import RunStore
-from gaugelab.study.store.queries import file_sha256
 
 _registry = LazyModule("gaugelab.experiments.registry")
+_queries = LazyModule("gaugelab.study.store.queries")
 
 if TYPE_CHECKING:
     from gaugelab.experiments.registry import WrittenReport
@@ -207,7 +206,7 @@ def _file_state(path: Path, sha256: str) -> str:
     """``intact``, ``missing`` (a checkpoint deleted by design reads the same), ``changed``
     or ``unreadable``: the file now, against the digest the store recorded."""
     try:
-        return "intact" if file_sha256(path) == sha256 else "changed"
+        return "intact" if _queries.file_sha256(path) == sha256 else "changed"
     except FileNotFoundError:
         return "missing"
     except OSError:

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from gaugelab._lazy import LazyModule
 
+np = LazyModule("numpy")
 _mpl = LazyModule("matplotlib")
 _agg = LazyModule("matplotlib.backends.backend_agg")
 _mpl_colors = LazyModule("matplotlib.colors")
