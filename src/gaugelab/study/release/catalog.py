@@ -1,11 +1,11 @@
 """The failure catalog: one record per failure mode gaugelab detects today (seed 003 §0x0CB–CC).
 
-Every record names an importable detector and the test that shows it firing on the
-perturbation; ``tests/lowrank/test_failure_catalog.py`` checks both. The seed's own manifest has
-36 records, four per loop; this catalog is not that manifest: it lists what this package
-actually checks, so its spread follows the code. The ``evidence-publication-release`` family is
-thin (three records): gaugelab checks artifact provenance, immutability and one claim envelope,
-but source, URL, route and figure audits belong to publication, not to this library (§0x0CN).
+Every record names an importable detector and the test that shows it firing on the perturbation;
+``tests/study/release/test_failure_catalog.py`` checks both. The seed's own manifest has 36
+records, four per loop; this catalog is not that manifest: it lists what this package actually
+checks, so its spread follows the code. The ``evidence-publication-release`` family is thin
+(three records): gaugelab checks artifact provenance, immutability and one claim envelope, but
+source, URL, route and figure audits belong to publication, not to this library (§0x0CN).
 Re-exported by :mod:`gaugelab.study.release.design`.
 """
 
@@ -18,6 +18,7 @@ __all__ = ["FAILURE_CATALOG"]
 _ADAPT = "tests/adapters/test_adapter_files.py::"
 _LORA = "tests/models/test_lora.py::"
 _LR = "tests/lowrank/"
+_RELEASE = "tests/study/release/"
 _SEL = "tests/study/test_selection.py::"
 _ID, _GEO, _OPT = "identity-protocol", "geometry-reconstruction", "optimization-numerics"
 _FUN, _DES = "function-space-theorem", "experimental-design-statistics"
@@ -72,7 +73,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "the composed ΔW adds deltas from different coordinate systems",
       "the composition stage: rebuild the adapters on one base",
       "the same base name does not prove the same base weights",
-      _LR + "test_composition.py::test_composition_refuses_bad_input"),
+      _LR + "composition/test_composition.py::test_composition_refuses_bad_input"),
     # --- geometry and reconstruction ---------------------------------------------------------
     R("float32-product-ranked-in-float64", _GEO, "§0x04I",
       "numerical rank uses the tolerance of the dtype the product was computed in",
@@ -81,7 +82,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "float32 rounding counted as rank: a rank-3 product read as full rank 40",
       "the rank-policy report: recompute with computed_in or from the factors",
       "the right rank of the product does not prove the adapter uses it",
-      _LR + "test_ranks.py::test_a_float32_product_cast_to_float64_is_not_full_rank_when_its_"
+      _LR + "spectra/test_ranks.py::"
+      "test_a_float32_product_cast_to_float64_is_not_full_rank_when_its_"
       "dtype_is_given"),
     R("truncation-tie", _GEO, "§0x04B",
       "the rank-r truncation is unique only when σ_r > σ_{r+1}",
@@ -90,7 +92,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a reported rank-2 truncation that another equally good one contradicts",
       "the reconstruction diagnostic: report the tie, never pick silently",
       "a unique truncation says nothing about task quality",
-      _LR + "test_reconstruction.py::test_a_tie_at_the_boundary_flags_the_truncation_as_non_"
+      _LR + "spectra/test_reconstruction.py::"
+      "test_a_tie_at_the_boundary_flags_the_truncation_as_non_"
       "unique"),
     R("weight-truncation-under-skewed-inputs", _GEO, "§0x04H",
       "the output-optimal rank-r update is the SVD of ΔW C^{1/2}, not of ΔW",
@@ -99,7 +102,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "the weight-SVD rank-1 update has five times the output residual of the optimum",
       "the reconstruction diagnostic: recompute on the declared input split",
       "the sampled covariance is not the deployment distribution",
-      _LR + "test_reconstruction.py::test_x_skew_counterexample_is_seed_0x04H"),
+      _LR + "spectra/test_reconstruction.py::test_x_skew_counterexample_is_seed_0x04H"),
     R("geometry-oracle-mutation", _GEO, "§0x03L",
       "the factor map's Jacobian, adjoint, gauge directions and projectors follow the declared "
       "row-major flattening",
@@ -109,7 +112,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "tangent-space, rank and projector results of the mutated implementation",
       "the geometry module: fix the implementation; the oracle is not relaxed",
       "passing the 4×6 oracle is an algebraic identity, not a property of trained models",
-      _LR + "test_geometry.py::test_every_single_mutation_is_rejected"),
+      _LR + "geometry/test_geometry.py::test_every_single_mutation_is_rejected"),
     R("principal-cosine-excess", _GEO, "§0x06C",
       "principal-angle cosines of orthonormal bases lie in [0, 1]",
       "slightly non-orthonormal bases (raw cosines 1 + 2e-7)",
@@ -117,7 +120,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "clipping would hide a basis that is not orthonormal",
       "the subspace diagnostic: re-orthonormalize and report the excess",
       "a zero excess does not prove the subspaces are the right objects",
-      _LR + "test_subspaces.py::test_cosine_excess_is_recorded_before_clipping"),
+      _LR + "subspaces/test_subspaces.py::test_cosine_excess_is_recorded_before_clipping"),
     R("factor-span-read-as-update-span", _GEO, "§0x06B",
       "the row space of B A is compared, not the row space of A",
       "B annihilating one row of A (a collapsed factor)",
@@ -125,7 +128,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a factor overlap of 1 reported where the update coverage is 1/2",
       "the subspace diagnostic: compare update bases",
       "equal update spans do not prove equal updates or behavior",
-      _LR + "test_subspaces.py::test_factor_span_and_update_span_differ_when_a_factor_collapses"),
+      _LR + "subspaces/test_subspaces.py::"
+      "test_factor_span_and_update_span_differ_when_a_factor_collapses"),
     # --- optimization and numerics -----------------------------------------------------------
     R("adam-gauge-compensation", _OPT, "§0x08D",
       "the scalar-gauge compensation of learning rates preserves the step only for plain flow",
@@ -134,7 +138,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "gauge-equivalent factors take different product steps under Adam",
       "the optimizer claim: narrow it to the plain-gradient flow",
       "the exact counterexample does not size the effect in a real run",
-      _LR + "test_dynamics.py::test_adam_breaks_the_compensation_eps_one_tenth"),
+      _LR + "dynamics/test_dynamics.py::test_adam_breaks_the_compensation_eps_one_tenth"),
     R("zero-product-start-blocked", _OPT, "§0x07F",
       "exactly one factor starts at zero so the other receives a gradient",
       "both factors initialized to zero",
@@ -142,7 +146,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "the adapter stays exactly zero: neither factor moves",
       "the initialization: restore a nonzero factor",
       "a moving factor does not prove a useful trajectory",
-      _LR + "test_dynamics.py::test_four_zero_product_mechanisms"),
+      _LR + "dynamics/test_dynamics.py::test_four_zero_product_mechanisms"),
     R("rebalance-outside-dtype-range", _OPT, "§0x08I",
       "a gauge rebalance keeps every factor finite in its storage dtype",
       "a rebalance by 2^16 on float16 factors (65536 > 65504)",
@@ -150,7 +154,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "inf or flushed factors where the exact product is unchanged",
       "the rebalancing step: refuse, keep the factors",
       "a finite rebalance does not prove the optimizer state is consistent",
-      _LR + "test_factor_diagnostics.py::test_rebalance_preserves_the_product_and_refuses_a_gauge_"
+      _LR + "dynamics/test_factor_diagnostics.py::"
+      "test_rebalance_preserves_the_product_and_refuses_a_gauge_"
       "outside_the_dtype_range"),
     R("adam-state-under-general-linear-gauge", _OPT, "§0x08L",
       "optimizer moments move with the factors only where the rule is equivariant",
@@ -159,7 +164,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a resumed trajectory that is neither the original nor a fresh start",
       "the resume path: reset the moments and record why",
       "a recorded reset does not make the two trajectories equal",
-      _LR + "test_factor_diagnostics.py::test_adam_state_is_reset_under_a_general_linear_"
+      _LR + "dynamics/test_factor_diagnostics.py::test_adam_state_is_reset_under_a_general_linear_"
       "rebalance_and_the_record_says_why"),
     R("mixed-scale-rule-export", _OPT, "§0x08F",
       "one adapter file carries one scale rule, α/r or α/√r, for every module",
@@ -176,7 +181,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "DID/SAID gradients that are not the pullback of the full gradient",
       "the projection implementation",
       "adjoint parity does not prove the projection family is a good subspace",
-      _LR + "test_intrinsic_projections.py::test_adjoint_parity_catches_each_fastfood_mutation"),
+      _LR + "intrinsic/test_intrinsic_projections.py::"
+      "test_adjoint_parity_catches_each_fastfood_mutation"),
     R("said-degenerate-budget", _OPT, "§0x02E",
       "SAID's d counts the m per-group scales, leaving d − m shared coordinates",
       "d = m: no shared coordinate",
@@ -184,7 +190,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a run that cannot update, scored as a measurement at d",
       "the d grid: report d = m as no-update",
       "d > m does not prove the run trains",
-      _LR + "test_intrinsic_oracles.py::test_said_ledger_counts_the_scales_inside_d_and_d_equal_"
+      _LR + "intrinsic/test_intrinsic_oracles.py::"
+      "test_said_ledger_counts_the_scales_inside_d_and_d_equal_"
       "m_is_degenerate"),
     # --- function space and theorem ----------------------------------------------------------
     R("frozen-kernel-as-trajectory", _FUN, "§0x09F",
@@ -194,7 +201,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "the frozen-kernel error (3969/65536) read as the tangent error (729/65536)",
       "the kernel explanation: invalidate it, keep the observed score",
       "small drift on a probe does not prove lazy training elsewhere",
-      _LR + "test_kernels.py::test_second_step_separates_tangent_frozen_and_exact"),
+      _LR + "kernels/test_kernels.py::test_second_step_separates_tangent_frozen_and_exact"),
     R("rank-deletes-probe-directions", _FUN, "§0x09G",
       "a LoRA kernel at rank r spans what the factors reach, not the full-weight kernel",
       "rank 1 with A_0 = [1 0], B_0 = 0 on a two-dimensional probe",
@@ -202,7 +209,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "two probe directions with zero kernel, rank 2 against 4",
       "the kernel diagnostic: report the deleted directions",
       "a full-rank kernel at init says nothing about later steps",
-      _LR + "test_kernels.py::test_rank_one_deletes_probe_directions"),
+      _LR + "kernels/test_kernels.py::test_rank_one_deletes_probe_directions"),
     R("sgd-kernel-for-adam", _FUN, "§0x09H",
       "the kernel analog uses the optimizer's metric M_t, J M_t Jᵀ",
       "J Jᵀ used for an Adam run",
@@ -210,7 +217,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "the kernel prediction follows the wrong update direction",
       "the kernel diagnostic: apply the optimizer's metric",
       "the one-step Adam metric is not Adam's later metric",
-      _LR + "test_kernels.py::test_adam_metric_after_one_step_is_one_over_abs_gradient_plus_eps"),
+      _LR + "kernels/test_kernels.py::"
+      "test_adam_metric_after_one_step_is_one_over_abs_gradient_plus_eps"),
     R("gated-composition-merged", _FUN, "§0x05F",
       "an input-dependent gate has a static merge only when one ΔW reproduces every output",
       "the gate g(x) = x_1 on e_1 and 2e_1",
@@ -218,7 +226,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a merged adapter that computes another function",
       "the composition stage: keep the routed operator",
       "a static merge on the sampled inputs does not prove one off them",
-      _LR + "test_composition.py::test_gated_composition_has_no_static_merge"),
+      _LR + "composition/test_composition.py::test_gated_composition_has_no_static_merge"),
     R("reparameterized-projection-same-points", _FUN, "§0x02B",
       "M and M R reach the same points but induce different metrics M Mᵀ and M R Rᵀ Mᵀ",
       "an intrinsic-dimension run with M R in place of M",
@@ -226,7 +234,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "the same subspace reported with different SGD and Adam trajectories",
       "the projection identity: record the matrix, not only its span",
       "equal spans do not prove equal training",
-      _LR + "test_intrinsic_projections.py::test_m_and_m_r_give_the_same_points_but_different_"
+      _LR + "intrinsic/test_intrinsic_projections.py::"
+      "test_m_and_m_r_give_the_same_points_but_different_"
       "sgd_and_adam_steps"),
     R("kernel-bundle-missing", _FUN, "§0x0BN",
       "a kernel explanation is admissible only with its complete kernel bundle",
@@ -235,7 +244,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "the kernel explanation of the candidate (its measured score stands)",
       "the candidate record: complete the bundle or withdraw the interpretation",
       "a complete bundle does not prove the kernel regime holds",
-      _LR + "test_selection.py::test_kernel_gate_is_not_requested_or_complete"),
+      _RELEASE + "test_selection.py::test_kernel_gate_is_not_requested_or_complete"),
     # --- experimental design and statistics --------------------------------------------------
     R("d90-censoring", _DES, "§0x02G",
       "a grid end that already passes or never passes is censored, not an estimate",
@@ -244,7 +253,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "d_min or d_max reported as the intrinsic dimension",
       "the d grid: extend it, or report the bound",
       "a crossing on the grid is an upper bound for that protocol only",
-      _LR + "test_intrinsic_estimate.py::test_censoring_never_reports_d_min_or_d_max_as_the_"
+      _LR + "intrinsic/test_intrinsic_estimate.py::"
+      "test_censoring_never_reports_d_min_or_d_max_as_the_"
       "estimate"),
     R("theorem-rank-as-selector", _DES, "§0x0BO",
       "a theorem's sufficient rank never enters selection; records share revisions and ids",
@@ -253,7 +263,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a selection that replaces measurement by an existence assumption",
       "validation close: no candidate selection",
       "valid records do not make the measured scores representative",
-      _LR + "test_selection.py::test_validate_records_refuses_each_one_field_mutation"),
+      _RELEASE + "test_selection.py::test_validate_records_refuses_each_one_field_mutation"),
     R("test-opened-before-freeze", _DES, "§0x0CL",
       "the held-out test opens once, after the candidate and its checkpoint are frozen",
       "open_once called before any freeze",
@@ -286,7 +296,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "every contrast and selection of the study",
       "design admission: version a new study",
       "an unchanged digest does not prove the runs followed the design",
-      _LR + "test_design.py::test_check_unchanged_refuses_a_changed_design"),
+      _RELEASE + "test_design.py::test_check_unchanged_refuses_a_changed_design"),
     R("retry-after-an-outcome", _DES, "§0x0CI",
       "only infrastructure failures are retried; the attempt that counts is chosen without "
       "scores",
@@ -295,7 +305,7 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a divergence hidden by a luckier retry",
       "run admission: reject the attempt lineage",
       "a valid lineage does not prove the infrastructure failure was not caused by the run",
-      _LR + "test_design.py::test_run_outcome_refuses_a_retry_after_numerical_failure_or_"
+      _RELEASE + "test_design.py::test_run_outcome_refuses_a_retry_after_numerical_failure_or_"
       "completion"),
     R("incomplete-pair-substituted", _DES, "§0x0CF",
       "a paired contrast uses identical nuisance tuples; a missing side stays incomplete",
@@ -304,7 +314,8 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a mean over unpaired runs presented as paired",
       "the missing-cell policy frozen in the design",
       "a complete pairing does not remove candidate × seed interaction",
-      _LR + "test_design.py::test_paired_contrast_keeps_a_missing_cell_incomplete_and_does_not_"
+      _RELEASE + "test_design.py::"
+      "test_paired_contrast_keeps_a_missing_cell_incomplete_and_does_not_"
       "substitute"),
     # --- evidence, publication and release ---------------------------------------------------
     R("factor-record-disagrees-with-tensors", _EVI, "§0x0BV",
@@ -331,6 +342,6 @@ FAILURE_CATALOG: tuple[R, ...] = (
       "a protocol-bound upper bound read as the model's intrinsic dimension",
       "the report: publish the envelope with the number",
       "a complete envelope does not make the estimate transfer to other protocols",
-      _LR + "test_intrinsic_estimate.py::test_result_carries_the_envelope_of_0x02k"),
+      _LR + "intrinsic/test_intrinsic_estimate.py::test_result_carries_the_envelope_of_0x02k"),
 )  # fmt: skip
 """One record per detected failure mode, grouped by :data:`ALARM_FAMILIES`."""

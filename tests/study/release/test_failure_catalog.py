@@ -24,7 +24,7 @@ from gaugelab.study.release.design import (
     FailureRecord,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RECORDS = {r.failure_id: r for r in FAILURE_CATALOG}
 
 
@@ -119,7 +119,7 @@ def test_resolve_and_the_reach_check_can_fail():
         resolve("gaugelab.lowrank.spectra.ranks.no_such_rank")
     with pytest.raises(ModuleNotFoundError):
         resolve("nowhere.at_all")
-    module = load_test_module("tests/lowrank/test_ranks.py")
+    module = load_test_module("tests/lowrank/spectra/test_ranks.py")
     func = module.test_numerical_rank_records_its_threshold_and_tolerance_rule
     assert "static_merge_exists" not in identifiers(func)
     assert not any(

@@ -313,7 +313,7 @@ def test_bad_inputs_name_the_argument():
 def test_example_script_quick_run_shows_the_four_first_steps(tmp_path):
     # examples/lora_dynamics.py --quick: a tiny character model; the first-step pattern of the
     # four zero-product starts is exact (a zero factor gradient is exactly 0), whatever the data
-    script = Path(__file__).resolve().parents[2] / "examples" / "lora_dynamics.py"
+    script = Path(__file__).resolve().parents[3] / "examples" / "lora_dynamics.py"
     out = tmp_path / "result.json"
     subprocess.run(
         [sys.executable, str(script), "--quick", "--out", str(out)],
