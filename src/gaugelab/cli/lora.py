@@ -207,13 +207,8 @@ def inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
                 report_dir=out, write_report=report,
             )  # fmt: skip
-    except (
-        ValueError,
-        FileNotFoundError,
-        FileExistsError,
-        _store.StoreError,
-        _store.ArtifactError,
-    ) as exc:
+    # an ArtifactError (a run's file changed) is a StoreError
+    except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
         options = {"seed": "--seed", "ranks": "--ranks", "study": "--study"}
         raise fail(str(exc).removeprefix("inspect_lora: "), options) from None
     for table in _lora.inspect_tables(result):

@@ -138,13 +138,8 @@ def compare(
                 null_samples=null_samples, null_seed=null_seed, report_dir=out,
                 write_report=report, against_full=against_full is not None,
             )  # fmt: skip
-    except (
-        ValueError,
-        FileNotFoundError,
-        FileExistsError,
-        _store.StoreError,
-        _store.ArtifactError,
-    ) as exc:
+    # an ArtifactError (a run's file changed) is a StoreError
+    except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
         raise fail(str(exc).removeprefix("compare_lora: "), _OPTIONS) from None
     for table in _lora_compare_views.compare_tables(result):
         console.print(rich_table(table, label_columns=1))
@@ -232,13 +227,8 @@ def compose(
                 seeds=per_seed, study=study, evaluate=evaluate, samples=1 if quick else 2,
                 report_dir=report_out, write_report=report,
             )  # fmt: skip
-    except (
-        ValueError,
-        FileNotFoundError,
-        FileExistsError,
-        _store.StoreError,
-        _store.ArtifactError,
-    ) as exc:
+    # an ArtifactError (a run's file changed) is a StoreError
+    except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
         message = str(exc)
         for prefix in ("compose_lora: ", "compose_adapters: "):
             message = message.removeprefix(prefix)
