@@ -3,6 +3,8 @@
 * ``compose`` — ``compose_lora``: compose stored or folder adapters, write the PEFT result, and
   measure the rank ledger, the interference of every pair and — with base model and data — the
   validation losses of the composition against each adapter alone.
+* ``results`` — What :func:`~gaugelab.experiments.lora_compare.run.compare_lora` finds: per module,
+  the row and column subspace comparison of two updates, and the whole comparison.
 * ``run`` — Comparing and composing adapters: gauge-invariant subspace similarity and static
   composition.
 * ``sources`` — What ``lora compare`` / ``lora compose`` need beside a resolved source

@@ -9,6 +9,8 @@
   study.
 * ``spec`` — The twin protocol's configuration: optimizers and their hyperparameters, the model
   configs, and :class:`TwinSpec` (one optimizer's twin run).
+* ``views`` — The twin study's tables, verdict lines and HTML report (its figures:
+  :mod:`gaugelab.experiments.twins.figures`).
 
 The public names of ``run``, ``views`` are re-exported here (imported on first use).
 """

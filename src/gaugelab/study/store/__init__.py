@@ -8,6 +8,7 @@ reader of results.
   says so.
 * ``queries`` — The run store's rows and its read side: studies, runs, attempts, metrics and
   artifacts.
+* ``results`` — The read side of results: a run's files, verified, and a study's runs as read back.
 * ``schema`` — The run store's schema: its version, its DDL (tables, indexes, append-only
   triggers), and the migration of older versions.
 * ``storefile`` — The run store's file: its format, its creation, and opening it before any row is
