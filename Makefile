@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here (a CPU build of this exact version lies on disk); pyproject states the range.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test bench lint install install-test browser compiler clean
+.PHONY: demo test test-fast bench lint install install-test browser compiler clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,14 @@ lint: install-test
 test: install-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
+
+# The edit-test loop (about 80 s on 2 cores): the unit layers, the layer check and the CLI's
+# option parsing. `make test` stays the full suite, and is what .ci/run calls.
+FAST_TESTS := tests/linalg tests/gauge tests/optim tests/models tests/tasks tests/adapters \
+	tests/lowrank tests/test_layers.py tests/cli/test_errors.py tests/cli/test_console.py
+
+test-fast: install-test
+	$(BIN)/python -m pytest $(FAST_TESTS)
 
 bench: install
 	$(BIN)/gaugelab bench
