@@ -103,9 +103,13 @@ class LazyModule:
 
     def __init__(self, name: str) -> None:
         object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_module", None)
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(importlib.import_module(self._name), attr)
+        # reached only for names the stand-in lacks: the module is imported once, then kept
+        if self._module is None:
+            object.__setattr__(self, "_module", importlib.import_module(self._name))
+        return getattr(self._module, attr)
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r}>"

@@ -22,7 +22,7 @@ import torch
 
 from gaugelab.experiments.sensing.problem import SensingBatch
 from gaugelab.experiments.sensing.records import read_study
-from gaugelab.experiments.sensing.results import DialPoint, DialResult, _point, is_monotone
+from gaugelab.experiments.sensing.results import DialPoint, DialResult, dial_point, is_monotone
 from gaugelab.experiments.sensing.spec import (
     DIAL_LRS,
     DIAL_PS,
@@ -55,10 +55,6 @@ __all__ = [
 ]
 
 
-def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else float("nan")
-
-
 def plan(spec: DialSpec, study: str | None = None) -> Sweep:
     """The dial's runs: one per p (``ps = (p,)``) and one for gd (``ps = ()``); the study is
     named ``dial-<identity prefix>`` unless ``study`` is given."""
@@ -80,8 +76,8 @@ def collect(store: RunStore, study: str) -> DialResult:
         ValueError: no such study, or it is not a dial study.
     """
     spec, runs, results = read_study(store, study, DialSpec)
-    points = [_point(p, results[dial_label(p)]) for p in spec.ps if dial_label(p) in results]
-    gd = _point(float("nan"), results[GD_LABEL]) if GD_LABEL in results else None
+    points = [dial_point(p, results[dial_label(p)]) for p in spec.ps if dial_label(p) in results]
+    gd = dial_point(float("nan"), results[GD_LABEL]) if GD_LABEL in results else None
     monotone = len(points) >= 2 and is_monotone(
         [pt.p for pt in points], [pt.mean_recovery for pt in points]
     )

@@ -154,7 +154,9 @@ class DialPoint:
         return _mean(rec), _mean(er), ok
 
 
-def _point(p: float, result: RuleResult) -> DialPoint:
+def dial_point(p: float, result: RuleResult) -> DialPoint:
+    """The :class:`DialPoint` of setting ``p``: its result at the rate :func:`select_rate`
+    picks."""
     choice = select_rate(result)
     j = choice.index
     rec = [] if j is None else [row[j] for row in result.recovery]

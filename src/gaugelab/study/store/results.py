@@ -175,7 +175,7 @@ class ResultReader:
             files = [a for a in files if a.path.name == name]
         if not files:
             what = f"{kind} file" + ("" if name is None else f" {name!r}")
-            if not any(a.termination == "completed" for a in self.attempts(run)):
+            if not self.completed(run):
                 raise ArtifactError(f"run {run[:12]} has no completed attempt (no {what})")
             raise ArtifactError(f"run {run[:12]} recorded no {what} in its completed attempt")
         return VerifiedArtifact(files[-1], verified_bytes(files[-1]))
