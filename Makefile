@@ -43,7 +43,7 @@ test: install-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
 
-# The edit-test loop (about 80 s on 2 cores): the unit layers, the layer check and the CLI's
+# The edit-test loop (about a minute on 2 cores): the unit layers, the layer check and the CLI's
 # option parsing. `make test` stays the full suite, and is what .ci/run calls.
 FAST_TESTS := tests/linalg tests/gauge tests/optim tests/models tests/tasks tests/adapters \
 	tests/lowrank tests/test_layers.py tests/cli/test_errors.py tests/cli/test_console.py
