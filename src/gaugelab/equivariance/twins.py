@@ -17,14 +17,13 @@ Source: singh2026lossbasis, §6 (twin protocol); docs/protocols.md §5.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import torch
 import torch.nn.functional as F
 
-from gaugelab.determinism import deterministic
 from gaugelab.equivariance.distance import relative_distance
 from gaugelab.equivariance.verdicts import (
     triplet_verdict,
@@ -260,104 +259,6 @@ def measure_twins(
     return metrics
 
 
-def train_twins(
-    members: list[Transformer],
-    names: list[str],
-    make_optimizer: Callable[[Ensemble], torch.optim.Optimizer],
-    data: TwinData,
-    *,
-    steps: int,
-    checkpoints: Sequence[int],
-    compile: bool = False,
-    sink: Callable[[int, dict[str, float]], None] | None = None,
-    progress: Callable[[int], None] | None = None,
-    run: Any = None,
-) -> TwinResult:
-    """Train the members as one ensemble and measure them at every checkpoint step.
-
-    Every member sees the same batches; the loss is the sum of the members' mean
-    cross-entropies, so members never interact. Runs under
-    :func:`gaugelab.determinism.deterministic` (the identity twin must stay bit-identical).
-
-    Args:
-        members, names: from :func:`make_twins`.
-        make_optimizer: builds the optimizer on the ensemble (``member_dims = 1``).
-        data: the task (:class:`TwinData`).
-        steps: training steps ≥ 1.
-        checkpoints: steps at which to measure (those in ``[0, steps]`` are used).
-        compile: train through ``torch.compile`` (:class:`gaugelab.models.Ensemble`).
-        sink: called as ``sink(step, metrics)`` at every measured step (e.g. a run's logger).
-        progress: called with the number of steps done after every step.
-        run: a :class:`gaugelab.study.runner.RunContext` or ``None``. With a run, a
-            checkpoint (parameters, optimizer state, records, stream position) is written at
-            every measured step before the last, and an interrupted run resumes from the
-            latest one, bit for bit.
-
-    Returns:
-        The :class:`TwinResult` (its verdict from :func:`triplet_verdict`).
-
-    Raises:
-        NonFiniteError: a loss or gradient became NaN/inf.
-
-    Source: singh2026lossbasis, §6; docs/protocols.md §5.
-    """
-    with deterministic():
-        ensemble = Ensemble(members, compile=compile)
-        optimizer = make_optimizer(ensemble)
-        measured = sorted({s for s in checkpoints if 0 <= s <= steps})
-        records: dict[int, dict[str, float]] = {}
-        config, E = members[0].config, ensemble.n_members
-        first = 1
-        saved = run.resume() if run is not None else None
-        if saved is not None:
-            with torch.no_grad():
-                for name, p in ensemble.stacked_parameters().items():
-                    p.copy_(saved.model_state[name])
-            optimizer.load_state_dict(saved.optimizer_state)
-            records = {int(s): dict(m) for s, m in saved.extra["records"].items()}
-            data.skip(saved.data_position)
-            first = saved.step + 1
-
-        def record(step: int, extra: dict[str, float] | None = None) -> None:
-            metrics = measure_twins(ensemble, names, data, config)
-            metrics.update(extra or {})
-            records[step] = metrics
-            if sink is not None:
-                sink(step, metrics)
-
-        if first == 1 and 0 in measured:
-            record(0)
-        for step in range(first, steps + 1):
-            x, y = data.batch()
-            optimizer.zero_grad()
-            logits = data.logits(ensemble(x))  # [E, N, V]
-            losses = (
-                F.cross_entropy(logits.flatten(0, 1), data.labels(y).repeat(E), reduction="none")
-                .view(E, -1)
-                .mean(dim=1)
-            )  # [E]: members never interact
-            losses.sum().backward()
-            optimizer.step()
-            if progress is not None:
-                progress(step)
-            if step in measured:
-                extra = {
-                    f"{n}/batch_loss": float(v) for n, v in zip(names, losses.detach(), strict=True)
-                }
-                record(step, extra)
-                if run is not None and step < steps:
-                    run.checkpoint(
-                        step,
-                        model_state=ensemble.stacked_parameters(),
-                        optimizer_state=optimizer.state_dict(),
-                        data_position=step,
-                        extra={"records": {str(s): m for s, m in records.items()}},
-                    )
-        verdict, why = triplet_verdict(records)
-        trained = [ensemble.member(e) for e in range(E)]
-        return TwinResult(records, verdict, why, trained)
-
-
 __all__ = [
     "GAUGE_DRAWS",
     "GaugeDraw",
@@ -368,7 +269,6 @@ __all__ = [
     "make_twins",
     "measure_twins",
     "perturb_qk",
-    "train_twins",
     "triplet_verdict",
     "twin_verdict",
 ]

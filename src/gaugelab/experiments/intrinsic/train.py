@@ -31,7 +31,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from gaugelab.determinism import deterministic
-from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.intrinsic.spec import DigitsPretrainSpec, IntrinsicSpec
 from gaugelab.lowrank.intrinsic.protocol import (
     DegenerateBudget,
@@ -42,6 +41,7 @@ from gaugelab.lowrank.intrinsic.protocol import (
 from gaugelab.models import Transformer, TransformerConfig
 from gaugelab.optim import Adam
 from gaugelab.study.runner import AdmissionError
+from gaugelab.study.train import fit, require_finite
 from gaugelab.tasks import CharText
 from gaugelab.tasks.digits import DigitsSplits, digits_splits
 
@@ -121,23 +121,22 @@ def _train(
     """Adam on ``params``; returns the mean training loss of the last tenth of the steps."""
     opt = Adam(params, lr=lr)  # torch's Adam update; ours does not load the compiler
     gen = torch.Generator().manual_seed(seed)
-    tail, count = 0.0, 0
-    for t in range(steps):
+    tail: list[float] = []
+
+    def update(t: int) -> None:
         x, y = sample(gen, batch)
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        if not bool(torch.isfinite(loss)):
-            raise NonFiniteError(f"{label}: training loss {float(loss.detach())} at step {t + 1}")
+        require_finite(loss.detach(), f"{label}: training loss at step {t + 1}")
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if not all(bool(torch.isfinite(p.grad).all()) for p in params if p.grad is not None):
-            raise NonFiniteError(f"{label}: non-finite gradient at step {t + 1}")
+        require_finite((p.grad for p in params), f"{label}: gradient at step {t + 1}")
         opt.step()
         if t >= steps - max(1, steps // 10):
-            tail, count = tail + float(loss.detach()), count + 1
-        if run is not None and ((t + 1) % 10 == 0 or t + 1 == steps):
-            run.progress(label, t + 1, steps)
-    return tail / count
+            tail.append(float(loss.detach()))
+
+    fit(update, steps=steps, label=label, run=run, progress_every=10)
+    return sum(tail) / len(tail)
 
 
 def _write_json(run: Any, name: str, data: dict[str, Any], kind: str) -> None:

@@ -30,7 +30,6 @@ import torch.nn.functional as F
 
 from gaugelab.adapters import Adapter
 from gaugelab.determinism import deterministic
-from gaugelab.errors import NonFiniteError
 from gaugelab.experiments.lora.data import (
     BASE_PREFIX,
     DOMAINS,
@@ -46,7 +45,8 @@ from gaugelab.experiments.lora.spec import FinetuneSpec, PretrainSpec
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import make_optimizer
-from gaugelab.study.store.db import StoreError
+from gaugelab.study.checkpoint import Checkpoint
+from gaugelab.study.train import Resume, Snapshot, fit, require_finite, restore_tensors
 from gaugelab.tasks import TwoDomainText
 
 
@@ -138,12 +138,9 @@ def train_members(
         StoreError: the checkpoint to resume from does not fit this run.
     """
     peak = [g["lr"] for g in optimizer.param_groups]
-    curves, first, running = Curves(), 0, torch.zeros(ensemble.n_members, dtype=torch.float64)
-    if run is not None:
-        restored = _resume(run, loop, ensemble, optimizer, streams)
-        if restored is not None:
-            first, curves, running = restored
+    curves, running = Curves(), torch.zeros(ensemble.n_members, dtype=torch.float64)
     source = corpus.domain(domain)
+    trainable = {n: p for n, p in ensemble.stacked_parameters().items() if p.requires_grad}
 
     def check(step: int) -> None:
         losses = {d: member_losses(ensemble, val[d]).tolist() for d in DOMAINS}
@@ -163,16 +160,26 @@ def train_members(
                     metrics[f"train_loss{suffix}"] = train[e]
             run.log(step, metrics)
 
-    for t in range(first, loop.steps):
-        if run is not None and t > first and t % loop.checkpoint_every == 0:
-            run.checkpoint(
-                t, scope="", model_state={n: p for n, p in ensemble.stacked_parameters().items()
-                                          if p.requires_grad},
-                optimizer_state=optimizer.state_dict(),
-                rng_states={f"stream{e}": g.get_state() for e, g in enumerate(streams)},
-                data_position=t, extra={"curves": dataclasses.asdict(curves),
-                                        "running": running.tolist()},
-            )  # fmt: skip
+    def snapshot(t: int) -> Snapshot:
+        streams_state = {f"stream{e}": g.get_state() for e, g in enumerate(streams)}
+        extra = {"curves": dataclasses.asdict(curves), "running": running.tolist()}
+        return Snapshot(trainable, optimizer.state_dict(), streams_state, t, extra)
+
+    def restore(saved: Checkpoint) -> None:
+        nonlocal curves, running
+        restored = Curves(**saved.extra["curves"])
+        expected = list(range(0, saved.step, loop.eval_every))
+        if restored.steps != expected:
+            raise ValueError(f"curves at steps {restored.steps}, expected {expected}")
+        running = torch.tensor(saved.extra["running"], dtype=torch.float64)
+        restore_tensors(trainable, saved.model_state, "trainable parameters")
+        optimizer.load_state_dict(saved.optimizer_state)
+        for e, g in enumerate(streams):
+            g.set_state(saved.rng_states[f"stream{e}"])
+        curves = restored
+
+    def update(t: int) -> None:
+        nonlocal running
         if t % loop.eval_every == 0 and not (curves.steps and curves.steps[-1] == t):
             check(t)
         batches = [source.get_batch("train", loop.batch_size, g) for g in streams]
@@ -187,10 +194,7 @@ def train_members(
         E = logits.shape[0]
         losses = F.cross_entropy(logits.flatten(0, 2), y.flatten(), reduction="none")
         losses = losses.view(E, -1).mean(dim=1)  # [E]: members never interact
-        if not bool(torch.isfinite(losses).all()):
-            raise NonFiniteError(
-                f"{loop.label}: training loss {losses.tolist()} is not finite at step {t + 1}"
-            )
+        require_finite(losses, f"{loop.label}: training loss at step {t + 1}")
         losses.sum().backward()
         optimizer.step()
         running += losses.detach().double()
@@ -200,56 +204,15 @@ def train_members(
                                                losses.detach(), lr_now))  # fmt: skip
         if after_update is not None:
             after_update(t + 1)
-        if run is not None:
-            run.progress(loop.label, t + 1, loop.steps)
+
+    every = loop.checkpoint_every
+    fit(update, steps=loop.steps, label=loop.label, run=run,
+        resume=Resume(snapshot, restore, lambda t: t % every == 0))  # fmt: skip
     for group, lr in zip(optimizer.param_groups, peak, strict=True):
         group["lr"] = lr
     if not (curves.steps and curves.steps[-1] == loop.steps):
         check(loop.steps)
     return curves
-
-
-def _resume(run, loop, ensemble, optimizer, streams):
-    """Load the latest checkpoint into the ensemble, optimizer and streams: ``(step, curves,
-    running)``, or ``None`` when there is none.
-
-    Raises:
-        StoreError: the checkpoint is corrupt or does not fit this run (file and run named).
-    """
-    where = f"run {str(getattr(run, 'identity', ''))[:12]} ({loop.label})"
-    try:
-        saved = run.resume()
-    except (StoreError, OSError) as exc:
-        raise StoreError(f"{where}: cannot resume: {exc}") from None
-    if saved is None:
-        return None
-    try:
-        if not 0 < saved.step < loop.steps:
-            raise ValueError(f"step {saved.step} outside 1..{loop.steps - 1}")
-        stacked = {n: p for n, p in ensemble.stacked_parameters().items() if p.requires_grad}
-        if set(saved.model_state) != set(stacked):
-            raise ValueError("its parameters are not this candidate's trainable parameters")
-        for name, p in stacked.items():
-            got = saved.model_state[name]
-            if got.shape != p.shape or got.dtype != p.dtype:
-                raise ValueError(f"{name} is {got.dtype} {tuple(got.shape)}")
-        curves = Curves(**saved.extra["curves"])
-        expected = list(range(0, saved.step, loop.eval_every))
-        if curves.steps != expected:
-            raise ValueError(f"curves at steps {curves.steps}, expected {expected}")
-        running = torch.tensor(saved.extra["running"], dtype=torch.float64)
-        optimizer.load_state_dict(saved.optimizer_state)
-        for e, g in enumerate(streams):
-            g.set_state(saved.rng_states[f"stream{e}"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
-        raise StoreError(
-            f"{saved.path}: checkpoint of {where} does not fit this run ({exc}); delete it to "
-            "restart from step 0"
-        ) from None
-    with torch.no_grad():
-        for name, p in stacked.items():
-            p.copy_(saved.model_state[name])
-    return saved.step, curves, running
 
 
 def _write_json(run: Any, name: str, data: dict[str, Any], kind: str) -> None:

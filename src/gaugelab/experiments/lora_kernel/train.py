@@ -50,6 +50,7 @@ from gaugelab.lowrank.kernels.explanation import (
 )
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import make_optimizer
+from gaugelab.study.train import fit, require_finite
 
 EPS = 1e-12
 METRICS = {
@@ -245,24 +246,22 @@ def train_paths(spec: KernelSpec, run: Any = None, weights: dict | None = None) 
         source = corpus.domain("target")
         marks = set(spec.checkpoints)
         label = f"kernel {optimizer}"
-        for t in range(spec.steps + 1):
+
+        def update(t: int) -> None:
             if t in marks:
                 _diagnose(spec, paths, t, val, optimizer, run)
-            if t == spec.steps:
-                break
             x, y = source.get_batch("train", spec.batch_size, stream)
             for path in paths:
                 path.optimizer.zero_grad(set_to_none=True)
                 loss = _loss(path.logits(x), y)
-                if not bool(torch.isfinite(loss)):
-                    raise NonFiniteError(
-                        f"{label}: path {path.name}: training loss {float(loss)} is not finite "
-                        f"at step {t + 1} (lr={spec.lr(optimizer)})"
-                    )
+                require_finite(loss, f"{label}: path {path.name}: training loss at step "
+                                     f"{t + 1} (lr={spec.lr(optimizer)})")  # fmt: skip
                 loss.backward()
                 path.optimizer.step()
-            if run is not None:
-                run.progress(label, t + 1, spec.steps)
+
+        fit(update, steps=spec.steps, label=label, run=run)
+        if spec.steps in marks:
+            _diagnose(spec, paths, spec.steps, val, optimizer, run)
     first = paths[0].outputs
     result = {
         "optimizer": optimizer, "lr": spec.lr(optimizer), "paths": {p.name: p.rows for p in paths},

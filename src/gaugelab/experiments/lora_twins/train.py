@@ -35,6 +35,7 @@ from gaugelab.lowrank.subspaces.compare import compare_updates
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.models.lora import inject_lora, lora_modules
 from gaugelab.optim import ScaledGD, make_optimizer
+from gaugelab.study.train import fit, require_finite
 
 __all__ = ["GAUGE_TWINS", "CompensatedSGD", "build_lora_twins", "train_lora_twins", "warm_adapter"]
 
@@ -64,15 +65,17 @@ def warm_adapter(spec: LoraTwinSpec, model: Transformer, corpus: Any, stream: to
     params = [p for p in model.parameters() if p.requires_grad]
     opt = make_optimizer("adamw", params, lr=spec.warmup_lr, weight_decay=0.0)
     source, losses = corpus.domain("target"), []
-    for t in range(spec.warmup_steps):
+
+    def update(t: int) -> None:
         x, y = source.get_batch("train", spec.batch_size, stream)
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
-        if not bool(torch.isfinite(loss)):
-            raise NonFiniteError(f"lora twins: warm-up loss {loss.item()} at step {t + 1}")
+        require_finite(loss, f"lora twins: warm-up loss at step {t + 1}")
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
+
+    fit(update, steps=spec.warmup_steps, label="lora twins warm-up")
     return losses
 
 
@@ -251,28 +254,26 @@ def run_lora_twin_phase(
 
     if 0 in measured:
         record(0, {})
-    for step in range(1, spec.steps + 1):
+
+    def update(t: int) -> None:
+        step = t + 1
         x, y = source.get_batch("train", spec.batch_size, stream)
         previous = log.before(ensemble, step)
         optimizer.zero_grad(set_to_none=True)
         logits = ensemble(x)  # [E, B, T, V]
         losses = F.cross_entropy(logits.flatten(0, 2), y.flatten().repeat(E), reduction="none")
         losses = losses.view(E, -1).mean(dim=1)  # [E]: members never interact
-        if not bool(torch.isfinite(losses).all()):
-            raise NonFiniteError(
-                f"lora twins ({spec.optimizer}): loss {losses.tolist()} is "
-                f"not finite at twin step {step}"
-            )
+        require_finite(losses, f"lora twins ({spec.optimizer}): loss at twin step {step}")
         losses.sum().backward()
         optimizer.step()
-        if run is not None:
-            run.progress(spec.optimizer, step, spec.steps)
         if step in measured:
             batch = losses.detach()
             extra = {f"{n}/batch_loss": float(v) for n, v in zip(TWIN_NAMES, batch, strict=True)}
             if previous is not None:
                 extra.update(log.metrics(ensemble, optimizer, previous, step, batch, lr))
             record(step, extra)
+
+    fit(update, steps=spec.steps, label=spec.optimizer, run=run)
     return records
 
 

@@ -34,7 +34,8 @@ from gaugelab.experiments.sensing.records import (
     RuleResult,
 )
 from gaugelab.optim import MemberLearningRates, cosine_factor, make_optimizer
-from gaugelab.study.store.db import StoreError
+from gaugelab.study.checkpoint import Checkpoint
+from gaugelab.study.train import Resume, Snapshot, fit
 from gaugelab.tasks import balancedness, effective_rank
 
 CHECKS_PER_CHECKPOINT = 10
@@ -118,12 +119,6 @@ def train_rule(
     out_U, out_V = U.clone(), V.clone()  # a member's parameters when it left the batch
     out_loss = torch.zeros(E, dtype=U.dtype)  # and its loss there (what later curves show)
     curves: dict[str, list] = {"steps": [], "loss": [], "recovery": []}
-    first = 0
-    if run is not None:
-        restored = _resume(run, label, spec, (S, L), U, V, opt)
-        if restored is not None:
-            first, stopped, status, curves, rows, out_U, out_V, out_loss = restored
-
     def mark(members: torch.Tensor, what: str, step: int) -> None:
         for e in members.tolist():
             status[e // L][e % L] = what
@@ -158,24 +153,22 @@ def train_rule(
         curves["loss"].append(every_loss.view(S, L).double().tolist())
         curves["recovery"].append(batch.recovery_error(all_U @ all_V.mT).double().tolist())
 
-    t = first
-    for t in range(first, spec.steps):  # t updates applied: this is step s = t + 1
-        s = t + 1
-        if run is not None and first < t and t % every == 0:
-            all_U, all_V = everyone()
-            run.checkpoint(
-                t,
-                scope=label,
-                model_state={
-                    "U": all_U,
-                    "V": all_V,
-                    "stopped": stopped,
-                    "rows": rows,
-                    "out_loss": out_loss,
-                },
-                optimizer_state=opt.state_dict(),
-                extra={"status": status, "curves": curves},
-            )
+    def snapshot(t: int) -> Snapshot:
+        all_U, all_V = everyone()
+        state = {"U": all_U, "V": all_V, "stopped": stopped, "rows": rows, "out_loss": out_loss}
+        return Snapshot(state, opt.state_dict(), extra={"status": status, "curves": curves})
+
+    def restore(saved: Checkpoint) -> None:
+        nonlocal stopped, status, curves, rows, out_U, out_V, out_loss
+        stopped, status, curves, rows, out_U, out_V, out_loss = _restore(
+            saved, spec, (S, L), U, V, opt
+        )
+
+    last = 0  # the updates applied when training ended
+
+    def update(t: int) -> bool:  # t updates applied: this is step s = t + 1
+        nonlocal last
+        last, s = t, t + 1
         loss, U.grad, V.grad = batch.member_loss_and_grad(U, V, rows, L)  # pre-update loss of s
         if t == 0:
             _require_finite_start(loss.view(S, L), spec, batch, label)
@@ -190,7 +183,7 @@ def train_rule(
             else:
                 loss, U.grad, V.grad = batch.member_loss_and_grad(U, V, rows, L)
         if not rows.numel():
-            break
+            return False
         check = s % spec.check_every == 0
         if check:
             record(s, loss)
@@ -199,15 +192,17 @@ def train_rule(
             done = opt.active & (loss < spec.interpolation_loss)
             mark(rows[done], INTERPOLATED, s)
             leave(done)
-            if run is not None:
-                run.progress(label, s, spec.steps)
-        if not bool(opt.active.any()):
-            break
+        return bool(opt.active.any())
+
+    first = fit(update, steps=spec.steps, label=label, run=run,
+                resume=Resume(snapshot, restore, lambda t: t % every == 0, scope=label),
+                progress_every=spec.check_every)  # fmt: skip
+    t = max(last, first)
     U.grad = V.grad = None
     with torch.no_grad():  # the last update of a member nothing checked after
         if rows.numel():
-            last = batch.member_loss_and_grad(U, V, rows, L, grad=False)[0]
-            bad = opt.active & (~torch.isfinite(last) | (last > spec.divergence_loss))
+            final = batch.member_loss_and_grad(U, V, rows, L, grad=False)[0]
+            bad = opt.active & (~torch.isfinite(final) | (final > spec.divergence_loss))
             if bool(bad.any()):
                 opt.deactivate(bad, rollback=True)
                 mark(rows[bad], DIVERGED, t)
@@ -261,68 +256,51 @@ def _require_finite_start(
     )
 
 
-def _resume(
-    run: Any,
-    label: str,
+def _restore(
+    saved: Checkpoint,
     spec: SensingExperiment,
     grid: tuple[int, int],
     U: torch.Tensor,
     V: torch.Tensor,
     opt: MemberLearningRates,
-) -> tuple | None:
-    """Load the latest checkpoint of ``label``: compact ``opt`` (and ``U``, ``V``) to the
-    members still in the batch and load their state. ``None`` when there is none.
+) -> tuple:
+    """Load a checkpoint of one rule: compact ``opt`` (and ``U``, ``V``) to the members still
+    in the batch and load their state.
 
     Returns:
-        ``(step, stopped, status, curves, rows, out_U, out_V, out_loss)``.
+        ``(stopped, status, curves, rows, out_U, out_V, out_loss)``.
 
     Raises:
-        StoreError: the checkpoint is corrupt (from :meth:`RunContext.resume`), or it does not
-            fit this rule's ensemble; the message names the file and the run.
+        KeyError, TypeError, ValueError, RuntimeError, AttributeError: it does not fit this
+            rule's ensemble (:func:`gaugelab.study.train.fit` names the file and the run).
     """
-    where = f"run {str(getattr(run, 'identity', ''))[:12]} ({label})"
-    try:
-        saved = run.resume(scope=label)
-    except (StoreError, OSError) as exc:
-        raise StoreError(f"{where}: cannot resume: {exc}") from None
-    if saved is None:
-        return None
     S, L = grid
-    try:
-        state, extra, step = saved.model_state, saved.extra or {}, saved.step
-        if not 0 < step < spec.steps:
-            raise ValueError(f"step {step} outside the budget 1..{spec.steps - 1}")
-        expected = {"U": (S, L, *U.shape[1:]), "V": (S, L, *V.shape[1:])}
-        for name, shape in expected.items():
-            got = state[name]
-            if tuple(got.shape) != shape or got.dtype != U.dtype:
-                raise ValueError(f"{name} is {got.dtype} {tuple(got.shape)}, not "
-                                 f"{U.dtype} {shape}")  # fmt: skip
-        stopped, rows, out_loss = state["stopped"], state["rows"], state["out_loss"]
-        if stopped.shape != (S, L) or stopped.dtype != torch.int64:
-            raise ValueError(f"stopped is {stopped.dtype} {tuple(stopped.shape)}")
-        if rows.dtype != torch.int64 or out_loss.shape != (S * L,):
-            raise ValueError(f"rows {rows.dtype} / out_loss {tuple(out_loss.shape)}")
-        status, curves = extra["status"], extra["curves"]
-        if [len(row) for row in status] != [L] * S or any(
-            x not in STATUSES for row in status for x in row
-        ):
-            raise ValueError(f"status {status!r} is not [{S}][{L}] of {STATUSES}")
-        checks = [0, *range(spec.check_every, step + 1, spec.check_every)]
-        if curves["steps"] != checks or not len(curves["loss"]) == len(curves["recovery"]) == len(
-            checks
-        ):
-            raise ValueError(f"curves at steps {curves['steps']!r}, expected {checks}")
-        if rows.numel() < S * L:
-            opt.compact(rows)
-        opt.load_state_dict(saved.optimizer_state)
-    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:
-        raise StoreError(
-            f"{saved.path}: checkpoint of {where} does not fit this run ({exc}); delete it to "
-            "restart the rule from step 0"
-        ) from None
+    state, extra, step = saved.model_state, saved.extra or {}, saved.step
+    expected = {"U": (S, L, *U.shape[1:]), "V": (S, L, *V.shape[1:])}
+    for name, shape in expected.items():
+        got = state[name]
+        if tuple(got.shape) != shape or got.dtype != U.dtype:
+            raise ValueError(f"{name} is {got.dtype} {tuple(got.shape)}, not {U.dtype} {shape}")
+    stopped, rows, out_loss = state["stopped"], state["rows"], state["out_loss"]
+    if stopped.shape != (S, L) or stopped.dtype != torch.int64:
+        raise ValueError(f"stopped is {stopped.dtype} {tuple(stopped.shape)}")
+    if rows.dtype != torch.int64 or out_loss.shape != (S * L,):
+        raise ValueError(f"rows {rows.dtype} / out_loss {tuple(out_loss.shape)}")
+    status, curves = extra["status"], extra["curves"]
+    if [len(row) for row in status] != [L] * S or any(
+        x not in STATUSES for row in status for x in row
+    ):
+        raise ValueError(f"status {status!r} is not [{S}][{L}] of {STATUSES}")
+    checks = [0, *range(spec.check_every, step + 1, spec.check_every)]
+    if curves["steps"] != checks or not len(curves["loss"]) == len(curves["recovery"]) == len(
+        checks
+    ):
+        raise ValueError(f"curves at steps {curves['steps']!r}, expected {checks}")
+    if rows.numel() < S * L:
+        opt.compact(rows)
+    opt.load_state_dict(saved.optimizer_state)
     out_U, out_V = state["U"].flatten(0, 1).clone(), state["V"].flatten(0, 1).clone()
     with torch.no_grad():
         U.copy_(out_U[rows])
         V.copy_(out_V[rows])
-    return step, stopped.clone(), status, curves, rows.clone(), out_U, out_V, out_loss.clone()
+    return stopped.clone(), status, curves, rows.clone(), out_U, out_V, out_loss.clone()

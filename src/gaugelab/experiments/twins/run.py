@@ -23,7 +23,7 @@ import torch
 from pydantic import Field
 
 from gaugelab.equivariance.merge import merge_twin
-from gaugelab.equivariance.twins import TwinResult, make_twins, train_twins
+from gaugelab.equivariance.twins import TwinResult, make_twins
 from gaugelab.experiments.twins.data import ModularData, TextData, twin_data
 from gaugelab.experiments.twins.figures import distance_figure
 from gaugelab.experiments.twins.results import TwinRow, TwinsResult, collect
@@ -39,6 +39,7 @@ from gaugelab.experiments.twins.spec import (
     twin_model_config,
     twin_optimizers,
 )
+from gaugelab.experiments.twins.train import train_twins
 from gaugelab.experiments.twins.views import report, tables
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.optim import make_optimizer, muon_hybrid
@@ -251,6 +252,7 @@ def run_twins_study(
     base: TwinSpec | None = None,
     pairs: int = 1,
     merge: bool = False,
+    sweep: Sweep | None = None,
     **options: Any,
 ) -> StudyOutcome[TwinsResult]:
     """Run the twin study (:func:`plan`), collect the table and verdicts, write the report.
@@ -260,6 +262,8 @@ def run_twins_study(
 
     Args:
         optimizers, base, pairs, merge: as :func:`plan`.
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: how to run it, as :func:`gaugelab.experiments.sensing.zoo.run_zoo` (one torch
             thread per run by default: the model is small, and on a shared machine one thread
             is several times faster; ``max_workers=N`` trains N runs at once).
@@ -272,7 +276,7 @@ def run_twins_study(
 
     Source: singh2026lossbasis, §6; docs/protocols.md §5.
     """
-    sweep = plan(optimizers, base=base, pairs=pairs, merge=merge)
+    sweep = sweep or plan(optimizers, base=base, pairs=pairs, merge=merge)
     return run_experiment(sweep, collect, report, **options)
 
 
