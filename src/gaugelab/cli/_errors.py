@@ -42,7 +42,7 @@ def fail(error: str | Exception, options: Mapping[str, str] | None = None) -> ty
             clauses about those fields name the option and the value given
             (see :func:`option_message`).
     """
-    if _is_validation_error(error):
+    if is_validation_error(error):
         message = "; ".join(_field_clause(e, options or {}) for e in error.errors())
     else:
         message = option_message(str(error), options or {})
@@ -50,7 +50,7 @@ def fail(error: str | Exception, options: Mapping[str, str] | None = None) -> ty
     return typer.Exit(code=2)
 
 
-def _is_validation_error(error: object) -> bool:
+def is_validation_error(error: object) -> bool:
     """Whether ``error`` is a pydantic ``ValidationError``. Only a module that imported pydantic
     can raise one, so pydantic is not imported for the check (``gaugelab --help`` stays fast)."""
     pydantic = sys.modules.get("pydantic")

@@ -191,7 +191,7 @@ def intrinsic_dim(
         threads=threads,
         address=address,
         report_dir=out,
-        study_name=sweep.study,
+        sweep=sweep, study_name=sweep.study,
     )
     result = outcome.result
     notes = [Text(n) for n in result.notes]

@@ -199,7 +199,7 @@ def learn_forget(
             threads=threads,
             address=address,
             report_dir=out,
-            study_name=sweep.study,
+            sweep=sweep, study_name=sweep.study,
         )
     except (
         _study_release_sealed.SealedTestError

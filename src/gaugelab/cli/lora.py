@@ -149,7 +149,7 @@ def finetune(
     outcome = run_with_bars(
         console, header, "lora runs", _lora.run_lora_finetune, spec, store=store, executor=executor,
         max_workers=max_workers, threads=threads, address=address, report_dir=out,
-        study_name=sweep.study,
+        sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
     result = outcome.result
     lines = [Text(f"{c.label}: run {c.state.identity[:12]}") for c in result.candidates]

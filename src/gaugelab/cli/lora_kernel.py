@@ -136,7 +136,7 @@ def kernel(
         console, header, "kernel runs", _lora_kernel.run_lora_kernel, spec, store=store,
         executor=executor, max_workers=max_workers, threads=threads, address=address,
         report_dir=out,
-        study_name=sweep.study,
+        sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
 
     lines = [Text(line) for line in _lora_kernel.notes(outcome.result)]

@@ -139,7 +139,7 @@ def twins(
     outcome = run_with_bars(
         console, header, "lora twin runs", _lora_twins.run_lora_twins, spec, names, store=store,
         executor=executor, max_workers=max_workers, threads=threads, address=address,
-        report_dir=out, study_name=sweep.study,
+        report_dir=out, sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
     note = spec.rank_note()
     lines = [] if note is None else [Text(note)]

@@ -16,9 +16,8 @@ from rich.text import Text
 from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, TWIN_OPTIMIZERS, TWIN_QUICK_STEPS
-from gaugelab.cli._errors import fail, guarded
+from gaugelab.cli._errors import fail, guarded, is_validation_error
 
-_equivariance_twins = LazyModule("gaugelab.equivariance.twins")
 _tasks_text = LazyModule("gaugelab.tasks.text")
 _twins = LazyModule("gaugelab.experiments.twins.run")
 _twins_views = LazyModule("gaugelab.experiments.twins.views")
@@ -118,25 +117,16 @@ def twins(
     console = wide_console()
     names = [o.strip() for o in optimizers.split(",") if o.strip()]
     try:
-        if steps is not None and steps < 1:
-            raise ValueError(f"--steps {steps}; allowed: an integer >= 1")
         if executor not in ("local", "ray"):
             raise ValueError(f"--executor {executor!r}; allowed: local, ray")
         for option, value in (("--max-workers", max_workers), ("--threads", threads),
-                              ("--pairs", pairs), ("--batch-size", batch_size)):  # fmt: skip
+                              ("--pairs", pairs)):  # fmt: skip
             if value < 1:
                 raise ValueError(f"{option} {value}; allowed: an integer >= 1")
         if len(set(names)) != len(names):
             raise ValueError(f"--optimizers {optimizers!r} repeats a rule")
         if task not in ("modular", "text"):
             raise ValueError(f"--task {task!r}; allowed: modular, text")
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
-        if gauge_draw not in _equivariance_twins.GAUGE_DRAWS:
-            raise ValueError(
-                f"--gauge-draw {gauge_draw!r}; allowed: "
-                f"{', '.join(_equivariance_twins.GAUGE_DRAWS)}"
-            )
         if compile and not _cxx_compiler():
             raise ValueError(
                 "--compile needs a C++ compiler (g++ or clang++ on PATH, or $CXX) and none was "
@@ -153,7 +143,7 @@ def twins(
         if task == "text":
             try:
                 base = _twins.text_twin(
-                    text, steps=steps or (100 if quick else 300), dtype=dtype,
+                    text, steps=(100 if quick else 300) if steps is None else steps, dtype=dtype,
                     batch_size=batch_size, compile=compile, gauge_draw=gauge_draw,
                 )  # fmt: skip
             except _tasks_text.TextTooShort as exc:
@@ -163,9 +153,11 @@ def twins(
                     "the train and the validation split)"
                 ) from None
             except (ValueError, FileNotFoundError) as exc:
+                if is_validation_error(exc):  # an option's value, named by fail()
+                    raise
                 raise ValueError(f"--text {text}: {exc}") from None
         else:
-            n = steps or (_twins.QUICK_STEPS if quick else 1500)
+            n = (_twins.QUICK_STEPS if quick else 1500) if steps is None else steps
             marks = (
                 _twins.QUICK_CHECKPOINTS
                 if quick and steps is None
@@ -186,7 +178,7 @@ def twins(
     outcome = run_with_bars(
         console, header, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
         store=store, executor=executor, max_workers=max_workers, threads=threads,
-        address=address, report_dir=out, study_name=sweep.study,
+        address=address, report_dir=out, sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
     verdicts = [
         Text.assemble((rule, "bold"), f": {rest}")

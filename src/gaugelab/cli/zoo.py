@@ -163,6 +163,7 @@ def zoo(
     except ValueError as exc:
         raise fail(exc, ZOO_OPTIONS) from None
     for spec in specs:
+        sweep = _sensing_zoo.plan(spec, study)
         header = (
             f"zoo: {count(len(spec.rules), 'rule')} × {count(len(spec.seeds), 'seed')}, "
             f"{spec.steps} steps, "
@@ -171,7 +172,7 @@ def zoo(
         outcome = run_with_bars(
             console, header, "rule runs", _sensing_zoo.run_zoo, spec, store=store, study=study,
             executor=executor, max_workers=max_workers, threads=threads, address=address,
-            report_dir=out, study_name=_sensing_zoo.plan(spec, study).study,
+            report_dir=out, sweep=sweep, study_name=sweep.study,
         )  # fmt: skip
         split = outcome.result.split
         print_outcome(console, outcome, _sensing_zoo.tables(outcome.result), label_columns=1)
@@ -237,6 +238,7 @@ def dial(
         check_run_options(executor, max_workers, threads)
     except ValueError as exc:
         raise fail(exc, DIAL_OPTIONS) from None
+    sweep = _sensing_dial.plan(spec, study)
     header = (
         f"dial: p ∈ {list(spec.ps)} × {count(len(spec.lrs), 'rate')} × "
         f"{count(len(spec.seeds), 'seed')}, "
@@ -245,7 +247,7 @@ def dial(
     outcome = run_with_bars(
         console, header, "dial runs", _sensing_dial.run_dial, spec, store=store, study=study,
         executor=executor, max_workers=max_workers, threads=threads, address=address,
-        report_dir=out, study_name=_sensing_dial.plan(spec, study).study,
+        report_dir=out, sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
     print_outcome(console, outcome, _sensing_dial.tables(outcome.result), label_columns=1)
     if quick:

@@ -112,13 +112,19 @@ def plan(spec: IntrinsicSpec, study: str | None = None) -> Sweep:
 
 
 def run_intrinsic_dim(
-    spec: IntrinsicSpec | None = None, *, study: str | None = None, **options: Any
+    spec: IntrinsicSpec | None = None,
+    *,
+    study: str | None = None,
+    sweep: Sweep | None = None,
+    **options: Any,
 ) -> StudyOutcome[IntrinsicResult]:
     """Run the pretrain (``finetune`` only), then every reference and trial; collect, report.
 
     Args:
         spec: the study (default :class:`IntrinsicSpec()`; ``quick_spec()`` for seconds).
         study: the study name (default ``intrinsic-dim-<identity[:12]>``).
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: as :func:`gaugelab.study.experiment.run_experiment` (``store``,
             ``executor`` (``local`` or ``ray``), ``max_workers`` (default 1), ``threads``
             (default 1), ``address``, ``progress``, ``step_progress``, ``phase``, ``report_dir``,
@@ -135,7 +141,7 @@ def run_intrinsic_dim(
     Source: seed 003 §0x02J.
     """
     spec = spec or IntrinsicSpec()
-    sweep = plan(spec, study)  # refuses an inadmissible grid before the pretrain runs
+    sweep = sweep or plan(spec, study)  # refuses an inadmissible grid before the pretrain runs
     first = plan_pretrain(spec.pretrain) if spec.problem == "finetune" else None
     return run_experiment(sweep, collect, report, first=first, **options)
 

@@ -131,7 +131,11 @@ def _release_then_collect(store: RunStore, study: str) -> LearnForgetResult:
 
 
 def run_learn_forget(
-    spec: LearnForgetSpec | None = None, *, study: str | None = None, **options: Any
+    spec: LearnForgetSpec | None = None,
+    *,
+    study: str | None = None,
+    sweep: Sweep | None = None,
+    **options: Any,
 ) -> StudyOutcome[LearnForgetResult]:
     """Run the pretrain, every cell, the decision and the one test opening; collect, report.
 
@@ -142,6 +146,8 @@ def run_learn_forget(
         spec: the study (default :class:`LearnForgetSpec()`, about 15 minutes on 2 cores;
             :func:`quick_spec` for a look in seconds).
         study: the study name (default ``learn-forget-<identity[:12]>``).
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: as :func:`gaugelab.study.experiment.run_experiment` (``store``,
             ``executor``, ``max_workers`` (default 1), ``threads`` (default 1), ``address``,
             ``progress``, ``step_progress``, ``phase``, ``report_dir``, ``write_report``).
@@ -154,7 +160,7 @@ def run_learn_forget(
         FileExistsError: ``report_dir`` already holds a report (checked before any run).
     """
     spec = spec or LearnForgetSpec()
-    sweep = plan(spec, study)
+    sweep = sweep or plan(spec, study)
     return run_experiment(
         sweep, _release_then_collect, report, first=plan_pretrain(spec.finetune.pretrain),
         collect_phase="measuring every cell on validation, deciding, opening the test",

@@ -129,7 +129,11 @@ def _default(info: Any) -> Any:
 
 
 def run_lora_finetune(
-    spec: FinetuneSpec | None = None, *, study: str | None = None, **options: Any
+    spec: FinetuneSpec | None = None,
+    *,
+    study: str | None = None,
+    sweep: Sweep | None = None,
+    **options: Any,
 ) -> StudyOutcome[LoraResult]:
     """Run the pretrain, then every fine-tuning candidate; collect and report.
 
@@ -142,6 +146,8 @@ def run_lora_finetune(
         spec: the study (default: the protocol, :class:`FinetuneSpec()`; ``quick_spec()`` for a
             look in seconds).
         study: the study name (default ``lora-finetune-<identity[:12]>``).
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: how to run it, as :func:`gaugelab.study.experiment.run_experiment`
             (``store``, ``executor``, ``max_workers`` (default 1: in this process),
             ``threads`` (default 1), ``address``, ``progress``, ``step_progress``, ``phase``,
@@ -158,7 +164,7 @@ def run_lora_finetune(
     Source: biderman2024lora; docs/commands/lora.md (the protocol).
     """
     spec = spec or FinetuneSpec()
-    sweep = plan(spec, study)
+    sweep = sweep or plan(spec, study)
     return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)
 
 

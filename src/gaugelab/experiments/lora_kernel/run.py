@@ -72,7 +72,11 @@ def plan(spec: KernelSpec, study: str | None = None) -> Sweep:
 
 
 def run_lora_kernel(
-    spec: KernelSpec | None = None, *, study: str | None = None, **options: Any
+    spec: KernelSpec | None = None,
+    *,
+    study: str | None = None,
+    sweep: Sweep | None = None,
+    **options: Any,
 ) -> StudyOutcome[KernelResult]:
     """Run the pretrain (reused when stored), then one run per optimizer; collect, report.
 
@@ -80,6 +84,8 @@ def run_lora_kernel(
         spec: the study (default: the protocol, ``KernelSpec()``; ``quick_spec()`` for a look
             in seconds).
         study: the study name (default ``lora-kernel-<identity[:12]>``).
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: how to run it, as :func:`gaugelab.study.experiment.run_experiment`
             (``store``, ``executor``, ``max_workers`` (default 1), ``threads`` (default 1),
             ``address``, ``progress``, ``step_progress``, ``phase``, ``report_dir``,
@@ -95,7 +101,7 @@ def run_lora_kernel(
     Source: seed 003 §0x09L; docs/commands/lora-kernel.md.
     """
     spec = spec or KernelSpec()
-    sweep = plan(spec, study)
+    sweep = sweep or plan(spec, study)
     return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)
 
 

@@ -105,6 +105,7 @@ def run_lora_twins(
     optimizers: Sequence[str] = LORA_TWIN_OPTIMIZERS,
     *,
     study: str | None = None,
+    sweep: Sweep | None = None,
     **options: Any,
 ) -> StudyOutcome[LoraTwinsResult]:
     """Run the pretrain (reused when stored), then one twin run per optimizer; collect, report.
@@ -114,6 +115,8 @@ def run_lora_twins(
             look in seconds).
         optimizers: the twin phase's optimizers (default all of :data:`LORA_TWIN_OPTIMIZERS`).
         study: the study name (default ``lora-twins-<digest>``).
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: how to run it, as :func:`gaugelab.study.experiment.run_experiment`
             (``store``, ``executor``, ``max_workers`` (default 1), ``threads`` (default 1),
             ``address``, ``progress``, ``step_progress``, ``phase``, ``report_dir``,
@@ -130,7 +133,7 @@ def run_lora_twins(
     Source: singh2026lossbasis, §6; docs/commands/lora-twins.md (the protocol).
     """
     spec = spec or LoraTwinSpec()
-    sweep = plan(spec, optimizers, study=study)
+    sweep = sweep or plan(spec, optimizers, study=study)
     return run_experiment(sweep, collect, report, first=plan_pretrain(spec.pretrain), **options)
 
 

@@ -95,13 +95,16 @@ def report(result: DialResult, out_dir: str | os.PathLike[str]) -> Path:
 
 
 def run_dial(
-    spec: DialSpec | None = None, *, study: str | None = None, **options: Any
+    spec: DialSpec | None = None, *, study: str | None = None, sweep: Sweep | None = None,
+    **options: Any
 ) -> StudyOutcome[DialResult]:
     """Run the dial as a study (one run per p, plus gd), collect both arms, write the report.
 
     Args:
         spec: the protocol (default: the reference, :class:`DialSpec()`).
         study: the study name (default ``dial-<identity prefix>``).
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: how to run it, as :func:`gaugelab.experiments.sensing.zoo.run_zoo`.
 
     Returns:
@@ -112,7 +115,8 @@ def run_dial(
 
     Source: singh2026lossbasis, §7; docs/protocols.md §4.
     """
-    return run_experiment(plan(spec or DialSpec(), study), collect, report, **options)
+    sweep = sweep or plan(spec or DialSpec(), study)
+    return run_experiment(sweep, collect, report, **options)
 
 
 EXPERIMENT: Experiment[DialSpec, DialResult] = Experiment(

@@ -104,7 +104,8 @@ def report(result: ZooResult, out_dir: str | os.PathLike[str]) -> Path:
 
 
 def run_zoo(
-    spec: ZooSpec | None = None, *, study: str | None = None, **options: Any
+    spec: ZooSpec | None = None, *, study: str | None = None, sweep: Sweep | None = None,
+    **options: Any
 ) -> StudyOutcome[ZooResult]:
     """Run the zoo as a study, collect the table and write the report.
 
@@ -114,6 +115,8 @@ def run_zoo(
     Args:
         spec: the protocol (default: the reference, :class:`ZooSpec()`).
         study: the study name (default ``zoo-<identity prefix>``).
+        sweep: the plan, when the caller built it already (e.g. to count its runs);
+            default: :func:`plan` of the other arguments.
         **options: how to run it, as :func:`gaugelab.study.experiment.run_experiment`:
             ``store`` (default ``./gaugelab-runs/store.sqlite``), ``executor``
             (``"local"`` or ``"ray"``), ``max_workers`` (default 1: the runs execute in this
@@ -129,7 +132,8 @@ def run_zoo(
 
     Source: docs/protocols.md §3.
     """
-    return run_experiment(plan(spec or ZooSpec(), study), collect, report, **options)
+    sweep = sweep or plan(spec or ZooSpec(), study)
+    return run_experiment(sweep, collect, report, **options)
 
 
 EXPERIMENT: Experiment[ZooSpec, ZooResult] = Experiment(
