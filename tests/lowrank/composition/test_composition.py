@@ -197,3 +197,23 @@ def test_composition_refuses_bad_input():
         compose_static([rank_one(F[0], E[0])], [1.0, 2.0])
     with pytest.raises(ValueError, match="coefficients\\[0\\]"):
         compose_static([rank_one(F[0], E[0])], [float("nan")])
+
+
+def test_x_minus_x_measures_rank_zero_and_never_more_than_its_bound():
+    g = torch.Generator().manual_seed(11)
+    B, A = torch.randn(40, 4, generator=g, dtype=torch.float64), torch.randn(
+        4, 30, generator=g, dtype=torch.float64
+    )
+    comp = compose_static([(B, A, 2.0), (B, A, 2.0)], [1.0, -1.0])
+    assert comp.rank_bound == 4 and comp.measured_rank == 0
+    given = compose_static([(B, A, 2.0), (B, A, 2.0)], [1.0, -1.0], rtol=0.0)  # counts round-off
+    assert given.measured_rank <= given.rank_bound  # rtol = 0 counts round-off on both sides
+
+
+def test_a_bfloat16_composition_keeps_its_ranks():
+    g = torch.Generator().manual_seed(12)
+    parts = [((torch.randn(4096, 8, generator=g) * 0.01).bfloat16(),
+              (torch.randn(8, 256, generator=g) / 16).bfloat16(), 2.0) for _ in range(2)]  # fmt: skip
+    assert 4096 * torch.finfo(torch.bfloat16).eps >= 1  # a bfloat16 tolerance would say rank 0
+    comp = compose_static(parts, [0.5, 0.5], check=False)
+    assert (comp.rank_b_cat, comp.rank_a_cat, comp.rank_bound, comp.measured_rank) == (16,) * 4

@@ -240,3 +240,35 @@ def test_errors_name_the_function_and_the_argument():
         stable_rank(torch.full((2, 2), math.nan, dtype=F64), matrix_id="s")
     with pytest.raises(ValueError, match="differs from the Spectrum's"):
         stable_rank(Spectrum.from_singular_values(sigma, matrix_id="a"), matrix_id="b")
+
+
+@pytest.mark.parametrize(("dtype", "d"), [(torch.bfloat16, 4096), (torch.float16, 1024)])
+def test_half_precision_factors_keep_their_rank_under_the_factored_round_off_rule(dtype, d):
+    # max(m, n)·eps(dtype) is 16 for bfloat16 at d = 4096 and 1 for float16 at d = 1024: a
+    # storage-dtype tolerance would call every such adapter rank 0
+    assert d * torch.finfo(dtype).eps >= 1
+    r = 16
+    B = (randn(d, r, seed=5) * 0.01).to(dtype)
+    A = (randn(r, d, seed=6) / math.sqrt(d)).to(dtype)
+    for factors in ((B, A, 2.0), (B.double(), A.double(), 2.0)):
+        report = numerical_rank(factors, matrix_id="q_proj", computed_in=dtype)
+        assert report.value == r
+        assert report.policy_id == "numerical(factored round-off)"
+        sigma = spectrum(factors, matrix_id="q_proj").sigma
+        tau = report.parameters["tau_abs"]
+        assert 0 < tau < 1e-2 * float(sigma[-1])  # two orders below the smallest signal
+    # the rule in float64: max(m, n)·eps(float64)·|s|·‖B‖₂‖A‖₂
+    B64, A64 = B.double(), A.double()
+    spectral = torch.linalg.matrix_norm(B64, ord=2) * torch.linalg.matrix_norm(A64, ord=2)
+    expected = d * torch.finfo(F64).eps * 2.0 * float(spectral)
+    got = numerical_rank((B64, A64, 2.0), matrix_id="q").parameters["tau_abs"]
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_product_that_cancels_has_numerical_rank_zero_not_its_round_offs():
+    B, A = randn(64, 4, seed=7), randn(4, 48, seed=8)
+    stacked_B, stacked_A = torch.cat([B, -B], dim=1), torch.cat([A, A], dim=0)  # X − X
+    report = numerical_rank((stacked_B, stacked_A), matrix_id="x-x")
+    assert report.value == 0
+    perturbed = torch.cat([B, -B * (1 + 1e-3)], dim=1)  # a real, small difference
+    assert numerical_rank((perturbed, stacked_A), matrix_id="x-x'").value == 4

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
+from gaugelab.adapters.names import module_order
 from gaugelab.experiments.lora.ladder import capture_inputs
 from gaugelab.experiments.lora.sources import Found, find, open_store
-from gaugelab.experiments.lora.spec import order
 from gaugelab.experiments.lora_compare.sources import losses, merged_model, target_batches
 from gaugelab.lowrank.composition.adapters import ModuleLedger, compose_adapters
 from gaugelab.lowrank.composition.ledger import interference, staged_expansion_report
@@ -143,8 +143,14 @@ def compose_lora(
     labels = [f.label for f in found]
     if len(set(labels)) < len(labels):  # the same candidate twice (other seeds, studies)
         labels = [f"[{j}] {label}" for j, label in enumerate(labels)]
-    ledger = sorted(composed.ledger, key=lambda m: order(m.module))
+    ledger = sorted(composed.ledger, key=lambda m: module_order(m.module))
     result = ComposeResult(labels, composed.weights, method, rank, Path(out), ledger)
+    for label, adapter in zip(labels, adapters, strict=True):
+        if adapter.others:  # type: ignore[union-attr]
+            result.notes.append(
+                f"{label}: {len(adapter.others)} tensor(s) besides the LoRA factors "  # type: ignore[union-attr]
+                "(modules_to_save copies, biases) are not composed and not written"
+            )
     if method == "svd":
         capped = [m for m in ledger if m.written_rank < rank]  # type: ignore[operator]
         if capped:

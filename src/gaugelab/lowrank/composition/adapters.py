@@ -18,7 +18,8 @@ from gaugelab.adapters import Adapter, AdapterConfig, AdapterModule
 from gaugelab.lowrank.composition.ledger import compose_static, compress, interference
 from gaugelab.models.lora import FactorRecord
 
-__all__ = ["COMPOSITION_FILE", "METHODS", "ComposedAdapter", "ModuleLedger", "compose_adapters"]
+__all__ = ["COMPOSITION_FILE", "DENSE_CHECK_LIMIT", "METHODS", "ComposedAdapter", "ModuleLedger",
+           "compose_adapters"]  # fmt: skip
 
 METHODS: tuple[str, ...] = ("cat", "svd")
 """``cat``: concatenated factors, exact, width ``Σ r_j``; ``svd``: the composition's best
@@ -26,6 +27,10 @@ rank-``k`` approximation (its residual reported)."""
 COMPOSITION_FILE = "gaugelab_composition.json"
 """The ledger written beside the PEFT files (PEFT ignores it)."""
 
+
+DENSE_CHECK_LIMIT = 1 << 22
+"""The largest ``m·n`` for which a composition is checked against the dense sum (4M entries:
+32 MB per float64 matrix); a 4096 × 11008 projection of a 7B model is composed unchecked."""
 
 @dataclass(frozen=True)
 class PairRow:
@@ -49,7 +54,9 @@ class ModuleLedger:
             ``λ_j``.
         rank_b_cat, rank_a_cat, rank_bound, measured_rank: as
             :class:`~gaugelab.lowrank.composition.ledger.StaticComposition`.
-        max_abs_difference: ``B_cat A_cat`` against the dense sum.
+        max_abs_difference: ``B_cat A_cat`` against the dense sum, or ``None`` for a module
+            larger than :data:`DENSE_CHECK_LIMIT` (the check would form two ``[m, n]``
+            matrices; the concatenation is exact by construction).
         written_rank: the rank of the written module (``Σ r_j``, or ``k`` for ``svd``).
         relative_residual: ``‖ΔW − ΔW_k‖_F² / ‖ΔW‖_F²`` for ``svd`` (0.0 for ``cat``).
         pairs: one :class:`PairRow` per pair of sources.
@@ -181,18 +188,28 @@ def compose_adapters(
     for module in modules:
         idx = tuple(j for j, a in enumerate(adapters) if module in a.modules)
         parts = [adapters[j].modules[module] for j in idx]
-        if len({(p.B.shape[0], p.A.shape[1], p.A.dtype) for p in parts}) > 1:
-            raise ValueError(f"{func}: module {module!r} has different shapes or dtypes")
+        kinds = [(p.B.shape[0], p.A.shape[1], p.A.dtype) for p in parts]
+        if len(set(kinds)) > 1:
+            found = "; ".join(f"adapters[{j}]: {m}×{n} {str(d).split('.')[-1]}"
+                              for j, (m, n, d) in zip(idx, kinds, strict=True))  # fmt: skip
+            raise ValueError(
+                f"{func}: module {module!r} differs across the adapters ({found}); allowed: "
+                "one shape and dtype (cast the adapters to one dtype first)"
+            )
         lam = [float(weights[j]) for j in idx]
-        comp = compose_static([(p.B, p.A, p.scale) for p in parts], lam, rtol=rtol)
+        m, n, dtype = kinds[0]
+        work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
+        factors = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]  # half: LAPACK's float32
+        comp = compose_static(factors, lam, rtol=rtol, check=m * n <= DENSE_CHECK_LIMIT)
         B, A, residual = comp.B, comp.A, 0.0
         if method == "svd":
             small = compress(comp, min(rank, comp.B.shape[1]))  # type: ignore[type-var]
             B, A, residual = small.B, small.A, small.relative_residual
+        B, A = B.to(dtype), A.to(dtype)  # written in the sources' dtype
         pairs = []
         for a, b in itertools.combinations(range(len(idx)), 2):
-            ia = interference((parts[a].B, parts[a].A, lam[a] * parts[a].scale),
-                              (parts[b].B, parts[b].A, lam[b] * parts[b].scale))  # fmt: skip
+            ia = interference((*factors[a][:2], lam[a] * parts[a].scale),
+                              (*factors[b][:2], lam[b] * parts[b].scale))  # fmt: skip
             pairs.append(PairRow(idx[a], idx[b], float(ia.row.min_rank_overlap),
                                  float(ia.column.min_rank_overlap), ia.cross_term,
                                  ia.cosine))  # fmt: skip
@@ -203,6 +220,8 @@ def compose_adapters(
             A.shape[0], residual, tuple(pairs),
         ))  # fmt: skip
     r = Counter(m.A.shape[0] for m in out.values()).most_common(1)[0][0]
+    tasks = {a.config.extra.get("task_type") for a in adapters}  # AutoPeftModelFor… reads it
+    task_type = next(iter(tasks)) if len(tasks) == 1 else None
     exact = {p: "^" + re.escape(p) for p in out}
     config = AdapterConfig(
         r=r, lora_alpha=float(r), target_modules=tuple(out),
@@ -210,7 +229,9 @@ def compose_adapters(
         alpha_pattern={exact[p]: float(m.r) for p, m in out.items() if m.r != r},
         base_model_name_or_path=next(iter(bases)) if len(bases) == 1 else None,
         extra={"bias": "none", "inference_mode": True, "init_lora_weights": True,
-               "lora_bias": False, "modules_to_save": None, "task_type": None,
+               "lora_bias": False, "modules_to_save": None, "task_type": task_type,
                "use_dora": False},
     )  # fmt: skip
-    return ComposedAdapter(Adapter(out, config), ledger, method, rank, weights)
+    embeddings = frozenset(m for a in adapters for m in a.embeddings)
+    return ComposedAdapter(Adapter(out, config, embeddings=embeddings), ledger, method, rank,
+                           weights)  # fmt: skip

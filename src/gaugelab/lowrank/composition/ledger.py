@@ -63,7 +63,9 @@ class StaticComposition:
         measured_rank: numerical rank of ``B_cat A_cat`` (factor space), ``≤ rank_bound``.
         max_abs_difference: ``max |B_cat A_cat − Σ λ_j s_j B_j A_j|`` (the two construction paths
             of §0x05G), or ``None`` when not checked.
-        rtol: the relative tolerance of every numerical rank here.
+        rtol: the relative tolerance of the factor ranks (and of the product's when it was
+            given; by default the product's is its factored round-off, see
+            :func:`compose_static`).
     """
 
     B: torch.Tensor
@@ -108,7 +110,14 @@ def compose_static(
         updates: ``J ≥ 1`` factor tuples ``(B_j, A_j)`` or ``(B_j, A_j, s_j)`` with
             ``B_j [m, r_j]``, ``A_j [r_j, n]`` of one ``m``, ``n`` and dtype (not batched).
         coefficients: ``λ_j``, finite reals (default all 1).
-        rtol: relative tolerance of the numerical ranks (default ``max(m, n, R)·eps(dtype)``).
+        rtol: relative tolerance of the numerical ranks. Default: for ``B_cat`` and
+            ``A_cat``, ``max(m, n, R)·eps`` of the dtype the decomposition runs in (the
+            factors' own; float32 for float16 / bfloat16, which LAPACK lacks: the stored
+            factors are exact, their storage dtype adds no noise); for the product, the
+            factored SVD's round-off ``max(m, n)·eps·‖B_cat‖₂‖A_cat‖₂``
+            (:func:`gaugelab.lowrank.numerical_rank`), so a composition that cancels
+            (``X − X``) measures rank 0. The measured rank is at most the bound either way
+            (``rank(B A) ≤ min(rank B, rank A)``; a count above it is round-off).
         check: also form ``Σ λ_j s_j B_j A_j`` densely and record the largest difference from
             ``B_cat A_cat`` (the seed's ``assert_close`` of the two paths; ``O(m n R)``).
 
@@ -150,10 +159,14 @@ def compose_static(
     A_cat = torch.cat([c * s * u.A for c, s, u in zip(lam, scales, parsed, strict=True)])  # [R, n]
     m, n = parsed[0].shape
     R = B_cat.shape[1]
-    if rtol is None:
-        rtol = max(m, n, R) * torch.finfo(B_cat.dtype).eps
+    given = rtol
+    if rtol is None:  # the computation's dtype: LAPACK runs half precision in float32
+        work = B_cat.dtype if B_cat.dtype in (torch.float32, torch.float64) else torch.float32
+        rtol = max(m, n, R) * torch.finfo(work).eps
     rank_b, rank_a = _matrix_rank(B_cat, rtol), _matrix_rank(A_cat.mT, rtol)
-    measured = int(numerical_rank((B_cat, A_cat), matrix_id="composition", rtol=rtol).value)  # type: ignore[union-attr]
+    bound = min(rank_b, rank_a, R)
+    product = numerical_rank((B_cat, A_cat), matrix_id="composition", rtol=given)
+    measured = min(int(product.value), bound)  # type: ignore[union-attr]  # rank(BA) ≤ both
     diff = None
     if check:
         direct = sum(c * s * (u.B @ u.A) for c, s, u in zip(lam, scales, parsed, strict=True))
@@ -161,7 +174,7 @@ def compose_static(
     return StaticComposition(
         B=B_cat, A=A_cat, coefficients=lam, scales=scales,
         ranks=tuple(u.B.shape[1] for u in parsed),  # type: ignore[union-attr]
-        rank_b_cat=rank_b, rank_a_cat=rank_a, rank_bound=min(rank_b, rank_a, R),
+        rank_b_cat=rank_b, rank_a_cat=rank_a, rank_bound=bound,
         measured_rank=measured, max_abs_difference=diff, rtol=rtol,
     )  # fmt: skip
 

@@ -229,6 +229,8 @@ def factor_diagnostics(
         update_change = _fro(delta - before)
         step_A, step_B = _fro(A64 - A0.double()), _fro(B64 - B0.double())
     sp = spectrum((B64, A64, float(scale)), matrix_id="delta", computed_in=A.dtype)
+    if rank_rtol is None:  # the record's documented rule: the factors' dtype, relative to σ₁
+        rank_rtol = max(sp.shape) * torch.finfo(A.dtype).eps  # type: ignore[arg-type]
     rank = numerical_rank(sp, rtol=rank_rtol)
     moments: dict[str, float] = {}
     for factor, state in (("A", state_A), ("B", state_B)):

@@ -18,6 +18,7 @@ __all__ = [
     "check_nonnegative",
     "check_rank",
     "default_rtol",
+    "factor_roundoff",
     "factored_svd",
     "scaled",
     "unbatched",
@@ -240,6 +241,27 @@ def update_singular_values(update: Update) -> tuple[torch.Tensor, SvdRecord]:
     core = scaled(R_B @ R_A.mT, update.scale)  # [..., k_B, k_A]
     backend = "torch.linalg.qr(mode='r') + torch.linalg.svdvals"
     return torch.linalg.svdvals(core), _record("factored", backend, update.dtype, core)
+
+
+def factor_roundoff(update: Update, work: torch.dtype) -> torch.Tensor:
+    """``[...]`` the absolute round-off scale of the factored SVD of ``s·B A`` computed in
+    ``work``: ``max(m, n)·eps(work)·|s|·‖B‖₂‖A‖₂`` (spectral norms, from the ``r × r`` Gram
+    matrices).
+
+    The factors are exact as stored (a bfloat16 factor holds bfloat16 numbers, represented
+    exactly in ``work``), so the only error in the singular values is that of the computation:
+    the QR factorizations, the core product and its SVD are backward stable, each with an
+    error bounded by a small multiple of ``eps(work)·‖B‖₂‖A‖₂`` (golub2013matrix, §5.2 and §8.6;
+    higham2002accuracy, §3.5 for the product), and ``σ₁(s·B A) ≤ |s|·‖B‖₂‖A‖₂``. The scale is that
+    of the factors, not of the product's largest singular value, so it stays small when the
+    product cancels (``X − X``) and never grows with a half-precision storage dtype.
+    """
+    B, A = update.B.to(work), update.A.to(work)  # type: ignore[union-attr]
+    gram_B, gram_A = B.mT @ B, A @ A.mT  # [..., r, r]
+    norms = (torch.linalg.eigvalsh(gram_B)[..., -1] * torch.linalg.eigvalsh(gram_A)[..., -1])
+    norms = norms.clamp(min=0).sqrt()  # ‖B‖₂‖A‖₂  [...]
+    scale = torch.as_tensor(update.scale, dtype=work).abs()
+    return max(update.shape) * torch.finfo(work).eps * scale * norms
 
 
 def scaled(X: torch.Tensor, scale: float | torch.Tensor) -> torch.Tensor:

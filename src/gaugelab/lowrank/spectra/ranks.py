@@ -123,11 +123,16 @@ def numerical_rank(
 
     Args:
         x, matrix_id, computed_in: as for ``spectrum``.
-        rtol: relative threshold ``≥ 0`` (``inf`` allowed). Default, as numpy's
-            ``matrix_rank``: ``max(m, n)·eps(computed_in)`` — the dtype the matrix was
-            produced in, not the dtype it is stored in now (a float32 product cast to float64
-            keeps float32 noise of relative size ~1e-7, which float64's eps would count as
-            rank). The default needs the matrix shape, which bare singular values lack.
+        rtol: relative threshold ``≥ 0`` (``inf`` allowed). Default for a dense matrix, as
+            numpy's ``matrix_rank``: ``max(m, n)·eps(computed_in)`` — the dtype the matrix
+            was produced in, not the dtype it is stored in now (a float32 product cast to
+            float64 keeps float32 noise of relative size ~1e-7, which float64's eps would
+            count as rank). The default needs the matrix shape, which bare singular values
+            lack. Default for factors ``(B, A[, s])``: the absolute threshold
+            ``τ = max(m, n)·eps(work)·|s|·‖B‖₂‖A‖₂``, the round-off of the factored SVD in
+            the dtype it ran in (:func:`gaugelab.lowrank.spectra.factored.factor_roundoff`):
+            the stored factors are exact, so their storage dtype (bfloat16, float16) adds no
+            noise, and a product that cancels (``X − X``) has rank 0, not its round-off's.
 
     Returns:
         ``RankReport`` (policy ``"numerical(rtol=…)"``, an int; parameters: ``rtol``,
@@ -143,6 +148,8 @@ def numerical_rank(
         ``matrix_rank`` default tolerance.
     """
     sp = spectrum(x, matrix_id=matrix_id, computed_in=computed_in)
+    if rtol is None and sp.roundoff is not None:
+        return _factored_numerical_rank(sp)
     if rtol is None:
         if sp.shape is None:
             raise ValueError(
@@ -166,6 +173,21 @@ def numerical_rank(
         "computed_in": str(sp.computed_in),
     }
     return reports(sp, f"numerical(rtol={rtol!r})", count, params, {"tau_abs": tau[..., 0]})
+
+
+def _factored_numerical_rank(sp: Spectrum) -> RankReport | tuple[RankReport, ...]:
+    """``#{σ_i > τ}`` with ``τ`` the factored SVD's round-off (see :func:`numerical_rank`)."""
+    tau = sp.roundoff.to(sp.sigma.dtype).unsqueeze(-1)  # type: ignore[union-attr]  # [..., 1]
+    work = sp.svd.dtype if sp.svd is not None else str(sp.sigma.dtype)
+    params = {
+        "rtol": None,
+        "tolerance_rule": f"max(m, n)·eps({work})·|s|·‖B‖₂‖A‖₂ (the factored SVD's "
+        f"round-off), (m, n) = {sp.shape}",
+        "comparison": "σ_i > τ_abs",
+        "computed_in": str(sp.computed_in),
+    }
+    count = (sp.sigma > tau).sum(-1)
+    return reports(sp, "numerical(factored round-off)", count, params, {"tau_abs": tau[..., 0]})
 
 
 def stable_rank(x: object, *, matrix_id: str | None = None) -> RankReport | tuple[RankReport, ...]:

@@ -13,6 +13,7 @@ from gaugelab.lowrank.spectra.factored import (
     SvdRecord,
     as_update,
     check_dtype,
+    factor_roundoff,
     update_singular_values,
 )
 
@@ -48,8 +49,12 @@ class Spectrum:
         sigma: ``[..., q]`` non-increasing, ``≥ 0``; for factors ``q = min(d_out, d_in, r)``
             (the remaining singular values are exactly zero).
         shape: ``(m, n)`` of the matrix, or ``None`` when only singular values were given.
-        computed_in: dtype the matrix was produced in; it sets the default tolerances.
+        computed_in: dtype the matrix was produced in; it sets the default tolerances of a
+            dense matrix.
         svd: how ``sigma`` was computed, or ``None`` when it was given.
+        roundoff: ``[...]`` for factors: the absolute round-off scale of their factored SVD
+            (:func:`gaugelab.lowrank.spectra.factored.factor_roundoff`), the default numerical
+            tolerance; ``None`` for a dense matrix or given singular values.
     """
 
     matrix_id: str
@@ -57,6 +62,7 @@ class Spectrum:
     shape: tuple[int, int] | None
     computed_in: torch.dtype
     svd: SvdRecord | None = None
+    roundoff: torch.Tensor | None = None
 
     @classmethod
     def from_singular_values(
@@ -157,7 +163,8 @@ def spectrum(
         return Spectrum.from_singular_values(x, matrix_id=mid, computed_in=dtype)
     update = as_update(x, func, "x")
     sigma, record = update_singular_values(update)
-    return Spectrum(mid, sigma, update.shape, dtype or update.dtype, record)
+    roundoff = None if update.dense is not None else factor_roundoff(update, sigma.dtype)
+    return Spectrum(mid, sigma, update.shape, dtype or update.dtype, record, roundoff)
 
 
 def reports(

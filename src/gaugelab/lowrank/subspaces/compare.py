@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
-from gaugelab.lowrank.spectra.factored import SvdRecord, as_update, update_svd
+from gaugelab.lowrank.spectra.factored import (
+    SvdRecord,
+    as_update,
+    factor_roundoff,
+    update_svd,
+)
 from gaugelab.lowrank.spectra.ranks import algebraic_rank, energy_rank, numerical_rank
 from gaugelab.lowrank.spectra.spectrum import RankReport, Spectrum, check_id, reports
 from gaugelab.lowrank.subspaces.angles import SubspaceComparison, principal_angles
@@ -189,7 +194,8 @@ def update_bases(
     mid = check_id(matrix_id, func)
     update = as_update(x, func, "x")
     U, S, V, record = update_svd(update)
-    sp = Spectrum(mid, S, update.shape, computed_in or update.dtype, record)
+    roundoff = None if update.dense is not None else factor_roundoff(update, S.dtype)
+    sp = Spectrum(mid, S, update.shape, computed_in or update.dtype, record, roundoff)
     configured = None if update.B is None else update.B.shape[-1]
     report = _policy_rank(sp, policy, rtol, rho, configured)
     members = report if isinstance(report, tuple) else (report,)
