@@ -212,8 +212,11 @@ def test_x_minus_x_measures_rank_zero_and_never_more_than_its_bound():
 
 def test_a_bfloat16_composition_keeps_its_ranks():
     g = torch.Generator().manual_seed(12)
-    parts = [((torch.randn(4096, 8, generator=g) * 0.01).bfloat16(),
-              (torch.randn(8, 256, generator=g) / 16).bfloat16(), 2.0) for _ in range(2)]  # fmt: skip
+    parts = [
+        ((torch.randn(4096, 8, generator=g) * 0.01).bfloat16(),
+         (torch.randn(8, 256, generator=g) / 16).bfloat16(), 2.0)
+        for _ in range(2)
+    ]  # fmt: skip
     assert 4096 * torch.finfo(torch.bfloat16).eps >= 1  # a bfloat16 tolerance would say rank 0
     comp = compose_static(parts, [0.5, 0.5], check=False)
     assert (comp.rank_b_cat, comp.rank_a_cat, comp.rank_bound, comp.measured_rank) == (16,) * 4
