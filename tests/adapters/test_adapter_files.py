@@ -163,7 +163,7 @@ def test_pickle_checkpoints_are_refused_and_never_unpickled(tmp_path):
                     torch.ones(16, 1, dtype=F64),
                 )
             },
-            "lora_magnitude_vector' is not a LoRA factor",
+            "lora_magnitude_vector is a DoRA magnitude",
         ),
         (
             {

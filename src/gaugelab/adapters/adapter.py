@@ -93,6 +93,11 @@ class Adapter:
 
     Args:
         modules: module path → :class:`AdapterModule`.
+        embeddings: the modules whose pair is embedding LoRA (PEFT's ``lora_embedding_A/B``;
+            ``A [r, num_embeddings]``, ``B [embedding_dim, r]``: ``s·B A`` is the transpose
+            of the embedding table's update, with the same singular values).
+        others: the file's other tensors (``modules_to_save`` copies, trained biases): key →
+            ``"[shape] dtype"``; listed, not analysed, not written back by :meth:`save`.
         config: the :class:`AdapterConfig`; every module's rank, alpha and rsLoRA flag must be
             the ones the config resolves for it (rank from ``rank_pattern`` / ``r``, alpha
             from ``alpha_pattern`` / ``lora_alpha``), so the files mean one thing to PEFT too.
@@ -104,7 +109,14 @@ class Adapter:
     seed 003 §0x07I (the factor record), §0x08K (merge).
     """
 
-    def __init__(self, modules: Mapping[str, AdapterModule], config: AdapterConfig) -> None:
+    def __init__(
+        self,
+        modules: Mapping[str, AdapterModule],
+        config: AdapterConfig,
+        *,
+        embeddings: frozenset[str] = frozenset(),
+        others: Mapping[str, str] | None = None,
+    ) -> None:
         if not modules:
             raise ValueError("Adapter: modules is empty; allowed: at least one adapted module")
         for path, m in modules.items():
@@ -118,8 +130,12 @@ class Adapter:
                 )
             if rec.module != path:
                 raise ValueError(f"Adapter: the record of {path!r} names {rec.module!r}")
+        if unknown := sorted(embeddings - set(modules)):
+            raise ValueError(f"Adapter: embeddings {unknown} are not among the modules")
         self.modules = dict(modules)
         self.config = config
+        self.embeddings = frozenset(embeddings)
+        self.others = dict(others or {})
 
     @property
     def records(self) -> dict[str, FactorRecord]:
@@ -154,6 +170,8 @@ class Adapter:
                 for p, m in self.modules.items()
             },
             self.config,
+            embeddings=self.embeddings,
+            others=self.others,
         )
 
     def apply(
@@ -275,6 +293,7 @@ class Adapter:
             {p: m.record.to_dict() for p, m in self.modules.items()},
             overwrite=overwrite,
             owner="Adapter.save",
+            embeddings=self.embeddings,
         )
 
     @classmethod
@@ -296,7 +315,7 @@ class Adapter:
         config = AdapterConfig.from_json_dict(
             files.read_config(folder, owner=owner), source=str(folder / files.CONFIG)
         )
-        factors = files.read_factors(folder, owner=owner)
+        factors, embeddings, others = files.read_factors(folder, owner=owner)
         stored = files.read_records(folder, owner=owner)
         if stored is not None and set(stored) != set(factors):
             raise ValueError(
@@ -336,4 +355,4 @@ class Adapter:
                         f"{ {k: getattr(derived, k) for k in keys} }"
                     )
             modules[module] = AdapterModule(A, B, record)
-        return cls(modules, config)
+        return cls(modules, config, embeddings=embeddings, others=others)

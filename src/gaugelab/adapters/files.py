@@ -3,7 +3,12 @@
 Tensors are read and written with ``safetensors`` only; a pickle checkpoint
 (``adapter_model.bin``) is refused, never loaded. Keys follow ``save_pretrained``:
 ``base_model.model.<module path>.lora_A.weight`` and ``….lora_B.weight`` (PEFT strips the
-adapter name, ``default``, from the keys it writes). gaugelab also writes
+adapter name, ``default``, from the keys it writes); an embedding's pair is
+``….lora_embedding_A`` (``[r, num_embeddings]``) and ``….lora_embedding_B``
+(``[embedding_dim, r]``). Whatever else a file holds — ``modules_to_save`` copies (a
+classifier head), trained biases (``bias="lora_only"``: ``….base_layer.bias``) — is listed, not
+analysed, and never refused for being there. The file is memory-mapped and read tensor by
+tensor (``safetensors.safe_open``). gaugelab also writes
 ``gaugelab_factor_records.json``, the factor records of §0x07I; PEFT ignores the file.
 """
 
@@ -14,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import safetensors
 import safetensors.torch
@@ -26,13 +31,30 @@ RECORDS = "gaugelab_factor_records.json"
 PICKLES = ("adapter_model.bin", "pytorch_model.bin")
 PREFIX = "base_model.model."
 HALVES = {"lora_A": ".lora_A.weight", "lora_B": ".lora_B.weight"}
+EMBEDDING_HALVES = {"lora_A": ".lora_embedding_A", "lora_B": ".lora_embedding_B"}
+DORA = ".lora_magnitude_vector"
 RECORDS_FORMAT = "gaugelab-factor-records"
 
 
-def factor_key(module: str, half: str) -> str:
+class FactorFile(NamedTuple):
+    """What ``adapter_model.safetensors`` holds.
+
+    Attributes:
+        factors: module path → ``(A [r, d_in], B [d_out, r])`` (an embedding's pair as stored:
+            ``A [r, num_embeddings]``, ``B [embedding_dim, r]``).
+        embeddings: the modules whose pair is embedding LoRA.
+        others: every other key → ``"[shape] dtype"`` (not read into memory).
+    """
+
+    factors: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    embeddings: frozenset[str]
+    others: dict[str, str]
+
+
+def factor_key(module: str, half: str, *, embedding: bool = False) -> str:
     """The PEFT key of one factor: ``factor_key("blocks.0.attn.q_proj", "lora_A")`` is
     ``base_model.model.blocks.0.attn.q_proj.lora_A.weight``."""
-    return f"{PREFIX}{module}{HALVES[half]}"
+    return f"{PREFIX}{module}{(EMBEDDING_HALVES if embedding else HALVES)[half]}"
 
 
 def adapter_directory(path: str | os.PathLike, *, owner: str) -> Path:
@@ -84,54 +106,69 @@ def read_config(folder: Path, *, owner: str) -> dict[str, Any]:
         raise ValueError(f"{owner}: {folder / CONFIG} is not valid JSON ({e})") from None
 
 
-def read_factors(folder: Path, *, owner: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Module path → ``(A [r, d_in], B [d_out, r])`` from ``adapter_model.safetensors``.
+def read_factors(folder: Path, *, owner: str) -> FactorFile:
+    """The LoRA pairs of ``adapter_model.safetensors`` and a list of everything else.
 
     Raises:
-        ValueError: an unreadable file; a key outside PEFT's LoRA layout (DoRA magnitudes,
-            biases, ``modules_to_save`` copies, embedding factors, an adapter name left in the
-            key); a tensor that is not 2-D (1-D included), not floating point, or not finite;
-            a module with only one half; A and B whose ranks differ — each naming the key.
+        ValueError: an unreadable file; DoRA magnitudes (``use_dora``: DoRA's update needs
+            the base weights); a factor that is not 2-D, not floating point, or not finite; a
+            module with only one half; A and B whose ranks or dtypes differ; no LoRA pair at
+            all — each naming the key.
     """
     file = folder / WEIGHTS
     try:
-        tensors = safetensors.torch.load_file(str(file))
+        handle = safetensors.safe_open(str(file), framework="pt")
     except (safetensors.SafetensorError, OSError) as e:
         raise ValueError(f"{owner}: {file} is not a readable safetensors file ({e})") from None
     halves: dict[str, dict[str, torch.Tensor]] = {}
-    for key, t in tensors.items():
-        half = next((h for h, s in HALVES.items() if key.endswith(s)), None)
-        module = key[len(PREFIX) : -len(HALVES[half])] if half else ""
-        if not key.startswith(PREFIX) or not module:
-            raise ValueError(
-                f"{owner}: {file}: key {key!r} is not a LoRA factor; allowed: "
-                f"{PREFIX}<module>.lora_A.weight / .lora_B.weight"
-            )
-        if t.dim() != 2:
-            raise ValueError(
-                f"{owner}: {file}: {key} has shape {list(t.shape)} ({t.dim()}-D); "
-                "allowed: a 2-D factor"
-            )
-        if not t.is_floating_point():
-            raise ValueError(f"{owner}: {file}: {key} is {t.dtype}; allowed: floating point")
-        if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
-        halves.setdefault(module, {})[half] = t
+    embeddings, others = set(), {}
+    with handle:
+        for key in handle.keys():
+            if key.endswith(DORA):
+                raise ValueError(
+                    f"{owner}: {file}: {key} is a DoRA magnitude (use_dora); DoRA's update "
+                    "m·(W₀ + s·B A)/‖W₀ + s·B A‖ − W₀ needs the base weights, which an adapter "
+                    "folder does not hold; allowed: LoRA adapters"
+                )
+            found = [(h, emb) for emb, table in ((False, HALVES), (True, EMBEDDING_HALVES))
+                     for h, suffix in table.items() if key.endswith(suffix)]  # fmt: skip
+            module = ""
+            if found and key.startswith(PREFIX):
+                half, emb = found[0]
+                table = EMBEDDING_HALVES if emb else HALVES
+                module = key[len(PREFIX) : -len(table[half])]
+            if not module and any(f".{h}" in key for h in ("lora_A", "lora_B", "lora_embedding")):
+                raise ValueError(  # a factor in another layout must not pass for "other"
+                    f"{owner}: {file}: key {key!r} is not a LoRA factor in PEFT's layout; "
+                    f"allowed: {PREFIX}<module>.lora_A.weight / .lora_B.weight (or "
+                    ".lora_embedding_A / _B), the adapter name removed"
+                )
+            if not module:
+                sliced = handle.get_slice(key)
+                others[key] = f"{list(sliced.get_shape())} {sliced.get_dtype()}"
+                continue
+            t = handle.get_tensor(key)
+            _check_factor(t, key, file, owner)
+            if emb:
+                embeddings.add(module)
+            halves.setdefault(module, {})[half] = t
     factors = {}
     for module, pair in halves.items():
+        emb = module in embeddings
         for half in HALVES:
             if half not in pair:
                 other = next(iter(pair))
                 raise ValueError(
-                    f"{owner}: {file}: {factor_key(module, other)} has no partner "
-                    f"{factor_key(module, half)}"
+                    f"{owner}: {file}: {factor_key(module, other, embedding=emb)} has no "
+                    f"partner {factor_key(module, half, embedding=emb)}"
                 )
         A, B = pair["lora_A"], pair["lora_B"]
         if A.shape[0] != B.shape[1]:
             raise ValueError(
-                f"{owner}: {file}: {factor_key(module, 'lora_A')} has rank {A.shape[0]} "
-                f"(shape {list(A.shape)}) but {factor_key(module, 'lora_B')} has rank "
-                f"{B.shape[1]} (shape {list(B.shape)}); allowed: A [r, d_in], B [d_out, r]"
+                f"{owner}: {file}: {factor_key(module, 'lora_A', embedding=emb)} has rank "
+                f"{A.shape[0]} (shape {list(A.shape)}) but "
+                f"{factor_key(module, 'lora_B', embedding=emb)} has rank {B.shape[1]} (shape "
+                f"{list(B.shape)}); allowed: A [r, d_in], B [d_out, r]"
             )
         if A.dtype != B.dtype:
             raise ValueError(
@@ -141,7 +178,19 @@ def read_factors(folder: Path, *, owner: str) -> dict[str, tuple[torch.Tensor, t
         factors[module] = (A, B)
     if not factors:
         raise ValueError(f"{owner}: {file} holds no LoRA factors")
-    return dict(sorted(factors.items()))
+    return FactorFile(dict(sorted(factors.items())), frozenset(embeddings), others)
+
+
+def _check_factor(t: torch.Tensor, key: str, file: Path, owner: str) -> None:
+    if t.dim() != 2:
+        raise ValueError(
+            f"{owner}: {file}: {key} has shape {list(t.shape)} ({t.dim()}-D); "
+            "allowed: a 2-D factor"
+        )
+    if not t.is_floating_point():
+        raise ValueError(f"{owner}: {file}: {key} is {t.dtype}; allowed: floating point")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
 
 
 def read_records(folder: Path, *, owner: str) -> dict[str, dict[str, Any]] | None:
@@ -173,6 +222,7 @@ def write_adapter(
     *,
     overwrite: bool,
     owner: str,
+    embeddings: frozenset[str] = frozenset(),
 ) -> Path:
     """Write the three files into ``folder`` (created if needed), each by an atomic rename.
 
@@ -189,8 +239,9 @@ def write_adapter(
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for module, (A, B) in factors.items():
-        tensors[factor_key(module, "lora_A")] = A.detach().to("cpu").contiguous().clone()
-        tensors[factor_key(module, "lora_B")] = B.detach().to("cpu").contiguous().clone()
+        emb = module in embeddings
+        tensors[factor_key(module, "lora_A", embedding=emb)] = A.detach().cpu().contiguous().clone()
+        tensors[factor_key(module, "lora_B", embedding=emb)] = B.detach().cpu().contiguous().clone()
     blob = safetensors.torch.save(tensors, metadata={"format": "pt"})
     records_doc = {"format": RECORDS_FORMAT, "version": 1, "modules": dict(records)}
     texts = {

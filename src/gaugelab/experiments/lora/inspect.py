@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gaugelab.adapters.names import module_order, parse_module_name
 from gaugelab.experiments.lora.data import base_model, eval_batches, finetune_corpus
 from gaugelab.experiments.lora.ladder import (
     JointRow,
@@ -31,7 +32,6 @@ from gaugelab.experiments.lora.ladder import (
     mean_loss,
 )
 from gaugelab.experiments.lora.sources import Source, find, open_store
-from gaugelab.experiments.lora.spec import ALL_TARGETS, LAYER, family
 from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
@@ -110,9 +110,9 @@ def _module_report(module: str, update: object, configured: int | None, scale: f
     rows = [{"rank": r.rank, "retained_energy": r.retained_energy,
              "retained_mass": r.retained_mass, "frobenius_squared": r.frobenius_squared,
              "spectral": r.spectral, "non_unique": r.non_unique} for r in sweep.rows]  # fmt: skip
-    match = LAYER.search(module)
+    name = parse_module_name(module)
     return ModuleReport(
-        module=module, layer=int(match[1]) if match else None, family=family(module),
+        module=module, layer=name.layer, family=name.family,
         shape=shape, configured=configured, scale=scale, policies=policies,
         energy90=int(energy_rank(update, matrix_id=module, rho=0.9).value),
         sigma=sweep.sigma.tolist(), truncation=rows,
@@ -166,17 +166,15 @@ def inspect_lora(
 
 def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:
     f64 = torch.float64
-    modules, deltas = [], {}
-    for m, (B, A, s) in found.factors.items():
+    modules = []
+    for m, (B, A, s) in found.factors.items():  # in factor space: no [d_out, d_in] matrix
         factors = (B.to(f64), A.to(f64), s)
         modules.append(_module_report(m, factors, A.shape[0], s, (B.shape[0], A.shape[1]),
                                       ranks, found.dtype))  # fmt: skip
-        deltas[m] = (factors[0] @ factors[1]) * s
     for m, delta in found.dense.items():
         modules.append(_module_report(m, delta.to(f64), None, None, tuple(delta.shape), ranks,
                                       found.dtype))  # fmt: skip
-        deltas[m] = delta.to(f64)
-    modules.sort(key=_order)
+    modules.sort(key=lambda m: module_order(m.module))
     result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
                            dict(found.logged), not_computed=list(found.missing),
                            other_updates=sorted(found.others))  # fmt: skip
@@ -185,6 +183,9 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
     if not evidence:
         result.not_computed.append("evidence ladder: not asked for (--no-evidence; evidence=False)")
         return result
+    deltas = {m: (B.to(torch.float64) @ A.to(torch.float64)) * s  # the ladder swaps ΔW in
+              for m, (B, A, s) in found.factors.items()}  # fmt: skip
+    deltas.update({m: d.to(torch.float64) for m, d in found.dense.items()})
     corpus = finetune_corpus(found.pretrain, found.target_corpus)
     val = eval_batches(corpus, found.pretrain)
     model = base_model(found.pretrain, found.weights, corpus.d_vocab)
@@ -205,13 +206,6 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
         by_module.setdefault(row.module, []).append(row)
     result.modules = [_with_ladder(m, by_module.get(m.module, [])) for m in modules]
     return result
-
-
-def _order(report: ModuleReport) -> tuple[int, int, str]:
-    """Block order, then the projections' order within a block, then the name."""
-    leaf = report.module.rsplit(".", 1)[-1]
-    position = ALL_TARGETS.index(leaf) if leaf in ALL_TARGETS else len(ALL_TARGETS)
-    return (-1 if report.layer is None else report.layer, position, report.module)
 
 
 def _with_ladder(report: ModuleReport, rows: list[LadderRow]) -> ModuleReport:

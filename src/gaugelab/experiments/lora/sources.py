@@ -19,6 +19,7 @@ import safetensors.torch
 import torch
 
 from gaugelab.adapters import Adapter
+from gaugelab.adapters.files import PREFIX as PEFT_PREFIX
 from gaugelab.experiments.lora.data import (
     BASE_PREFIX,
     pretrain_weights,
@@ -60,6 +61,17 @@ def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -
                     {}, {}, dtype, **kw, adapter=adapter)  # fmt: skip
     if adapter.config.fan_in_fan_out:
         found.missing.append("fan_in_fan_out adapters are read as [d_out, d_in] updates")
+    if adapter.embeddings:
+        found.missing.append(
+            f"embedding LoRA ({', '.join(sorted(adapter.embeddings))}): analysed as the pair "
+            "s·B A = the transpose of the embedding table's update (same singular values)"
+        )
+    if adapter.others:
+        listed = ", ".join(f"{k.removeprefix(PEFT_PREFIX)} {v}" for k, v in adapter.others.items())
+        found.missing.append(
+            f"not analysed: {len(adapter.others)} trained tensor(s) besides the LoRA factors "
+            f"(modules_to_save copies, biases): {listed}"
+        )
     return found
 
 

@@ -14,7 +14,6 @@ Source: biderman2024lora (full fine-tuning against LoRA on code, learning agains
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -33,25 +32,6 @@ ALL_TARGETS: tuple[str, ...] = ATTENTION + MLP
 fine-tuning."""
 TARGET_GROUPS: dict[str, tuple[str, ...]] = {"attention": ATTENTION, "mlp": MLP}
 """Group names accepted beside module names (``--targets attention``)."""
-
-LAYER = re.compile(r"(?:^|\.)blocks\.(\d+)\.")
-"""A module path's block index (group 1), e.g. ``blocks.1.attn.q_proj`` → 1."""
-_FAMILIES = {"q_proj": "attention", "k_proj": "attention", "v_proj": "attention",
-             "o_proj": "attention", "fc_in": "mlp", "fc_gate": "mlp", "fc_out": "mlp"}  # fmt: skip
-
-
-def order(module: str) -> tuple[int, int, str]:
-    """Block order, then the projections' order within a block, then the name."""
-    match = LAYER.search(module)
-    leaf = module.rsplit(".", 1)[-1]
-    pos = ALL_TARGETS.index(leaf) if leaf in ALL_TARGETS else len(ALL_TARGETS)
-    return (int(match[1]) if match else -1, pos, module)
-
-
-def family(module: str) -> str:
-    """``attention``, ``mlp`` or ``other``, from the module's last name."""
-    return _FAMILIES.get(module.rsplit(".", 1)[-1], "other")
-
 
 LORA_LR = 5e-3
 """The protocol's LoRA learning rate (AdamW; ours, chosen on the default corpus)."""

@@ -13,6 +13,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from gaugelab.adapters.names import short_names
 from gaugelab.experiments.lora.inspect import InspectResult, to_json
 from gaugelab.study.report import builder as rep
 
@@ -48,10 +49,11 @@ def policy_table(result: InspectResult) -> rep.Table:
 def energy_pivot(result: InspectResult) -> rep.Table | None:
     """90%-energy rank by layer (rows) and module (columns): §0x0BF's comparison."""
     layers = sorted({m.layer for m in result.modules if m.layer is not None})
-    names = list(dict.fromkeys(m.module.rsplit(".", 1)[-1] for m in result.modules))
+    label = short_names([m.module for m in result.modules])
+    names = list(dict.fromkeys(label[m.module] for m in result.modules if m.layer is not None))
     if not layers:
         return None
-    value = {(m.layer, m.module.rsplit(".", 1)[-1]): m.energy90 for m in result.modules}
+    value = {(m.layer, label[m.module]): m.energy90 for m in result.modules}
     rows = [[f"block {layer}", *(value.get((layer, n)) for n in names)] for layer in layers]
     return rep.Table(
         title="90%-energy rank of the update by layer and module",
@@ -153,13 +155,14 @@ def spectrum_figure(result: InspectResult) -> Figure:
     fig = Figure(figsize=(10, 4), layout="constrained")
     FigureCanvasAgg(fig)  # a display-free canvas; pyplot's global state is never touched
     axes = fig.subplots(1, 2, sharey=True)
-    colors = rep.palette([m.module.rsplit(".", 1)[-1] for m in result.modules])
+    label = short_names([m.module for m in result.modules])
+    colors = rep.palette([label[m.module] for m in result.modules])
     styles = ["-", "--", ":", "-."]
     for ax, family in zip(axes, ("attention", "mlp"), strict=True):
         for m in (m for m in result.modules if m.family == family):
             top = m.sigma[0] if m.sigma and m.sigma[0] > 0 else 1.0
             values = [s / top if s > 0 else math.nan for s in m.sigma]
-            leaf = m.module.rsplit(".", 1)[-1]
+            leaf = label[m.module]
             ax.plot(range(1, len(values) + 1), values, color=colors[leaf],
                     linestyle=styles[(m.layer or 0) % len(styles)],
                     label=f"{leaf} (block {m.layer})", linewidth=1.2)  # fmt: skip

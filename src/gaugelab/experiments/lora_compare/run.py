@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
+from gaugelab.adapters.names import module_order, parse_module_name
 from gaugelab.experiments.lora.sources import find, open_store
-from gaugelab.experiments.lora.spec import LAYER, family, order
 from gaugelab.experiments.lora_compare.compose import ComposeResult, compose_lora
 from gaugelab.experiments.lora_compare.results import SIDES, CompareResult, ModuleComparison
 from gaugelab.experiments.lora_compare.views import compare_report, compose_report
@@ -148,7 +148,7 @@ def compare_lora(
     if only:
         notes.append(f"adapted by one side only, not compared: {', '.join(only)}")
     modules = []
-    for m in sorted(shared, key=order):
+    for m in sorted(shared, key=module_order):
         x_a, x_b = ua[m], ub[m]
         ba = _bases(x_a, policy, rho, dense_policy, dense_rho, fa.source.dtype, m)
         bb = _bases(x_b, policy, rho, dense_policy, dense_rho, fb.source.dtype, m)
@@ -172,9 +172,9 @@ def compare_lora(
             dims = {"row": ba.row.shape[0], "column": ba.column.shape[0]}
             nulls = {s: haar_null(dims[s], r_a, r_b, samples=null_samples, seed=null_seed)
                      for s in SIDES}  # fmt: skip
-        match = LAYER.search(m)
+        name = parse_module_name(m)
         modules.append(ModuleComparison(
-            module=m, layer=int(match[1]) if match else None, family=family(m),
+            module=m, layer=name.layer, family=name.family,
             shape=(ba.column.shape[0], ba.row.shape[0]),
             configured_a=None if isinstance(x_a, torch.Tensor) else x_a[1].shape[0],
             configured_b=None if isinstance(x_b, torch.Tensor) else x_b[1].shape[0],

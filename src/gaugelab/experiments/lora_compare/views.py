@@ -17,6 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from gaugelab.adapters.names import short_names
 from gaugelab.experiments.lora_compare.compose import ComposeResult
 from gaugelab.experiments.lora_compare.results import SIDES, CompareResult, ModuleComparison
 from gaugelab.lowrank.subspaces.compare import phi_matrix
@@ -148,10 +149,10 @@ def _random_phi(d: int, i: int, j: int, seed: int) -> torch.Tensor:
 def phi_figure(result: CompareResult, side: str, seed: int = 0) -> Figure | None:
     """φ(i, j) averaged over blocks, one panel per projection, and a random Gaussian pair of
     the same ``d``, ``I``, ``J`` beside them (LoRA paper Figure 3 style)."""
-    leaves = list(dict.fromkeys(m.module.rsplit(".", 1)[-1] for m in result.modules))
+    label = short_names([m.module for m in result.modules])  # GPT-2: attn.c_proj, mlp.c_proj
     panels = []
-    for leaf in leaves:
-        mods = [m for m in result.modules if m.module.rsplit(".", 1)[-1] == leaf]
+    for leaf in dict.fromkeys(label.values()):
+        mods = [m for m in result.modules if label[m.module] == leaf]
         phi = _mean_phi(mods, side)
         if phi is not None:
             d = mods[0].shape[1] if side == "row" else mods[0].shape[0]

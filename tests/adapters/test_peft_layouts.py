@@ -1,0 +1,73 @@
+"""Adapters with more than LoRA factors, made by PEFT itself: a classification adapter
+(``modules_to_save``), trained biases (``bias="lora_only"``) and embedding LoRA."""
+
+import warnings
+
+import pytest
+import torch
+
+from gaugelab.adapters import Adapter
+from gaugelab.experiments.lora.inspect import inspect_lora
+from gaugelab.experiments.lora_compare.compose import compose_lora
+
+transformers = pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+
+def _classifier(folder, seed):
+    torch.manual_seed(seed)
+    config = transformers.BertConfig(num_hidden_layers=1, hidden_size=16, intermediate_size=32,
+                                     num_attention_heads=2, vocab_size=50)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = peft.get_peft_model(
+            transformers.BertForSequenceClassification(config),
+            peft.LoraConfig(r=2, target_modules=["query", "value", "word_embeddings"],
+                            task_type="SEQ_CLS", bias="lora_only", init_lora_weights=False),
+        )  # fmt: skip
+        model.save_pretrained(folder)
+    return model, folder
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("layouts")
+    return [_classifier(tmp / f"a{seed}", seed) for seed in (0, 1)]
+
+
+def test_the_lora_pairs_are_read_and_everything_else_is_listed(made):
+    model, folder = made[0]
+    adapter = Adapter.load(folder)
+    embedding = "bert.embeddings.word_embeddings"
+    assert set(adapter.modules) == {embedding, "bert.encoder.layer.0.attention.self.query",
+                                    "bert.encoder.layer.0.attention.self.value"}  # fmt: skip
+    assert adapter.embeddings == {embedding}
+    assert set(adapter.others) == {
+        "base_model.model.classifier.weight", "base_model.model.classifier.bias",
+        "base_model.model.bert.encoder.layer.0.attention.self.query.base_layer.bias",
+        "base_model.model.bert.encoder.layer.0.attention.self.value.base_layer.bias",
+    }  # fmt: skip
+    assert adapter.others["base_model.model.classifier.weight"] == "[2, 16] F32"
+    # the embedding pair is PEFT's update, transposed: s·B A = ΔE^T  [embedding_dim, vocab]
+    layer = model.base_model.model.bert.embeddings.word_embeddings
+    theirs = layer.get_delta_weight("default").detach()  # [vocab, dim]
+    torch.testing.assert_close(adapter.delta_weight(embedding).T, theirs, rtol=0, atol=1e-7)
+
+
+def test_inspect_analyses_the_pairs_and_says_what_it_did_not(made, tmp_path):
+    result = inspect_lora(made[0][1], store=tmp_path / "none.sqlite")
+    assert len(result.modules) == 3
+    notes = " ".join(result.not_computed)
+    assert "not analysed: 4 trained tensor(s)" in notes and "classifier.weight [2, 16]" in notes
+    assert "embedding LoRA (bert.embeddings.word_embeddings)" in notes
+
+
+def test_compose_keeps_task_type_and_embedding_keys(made, tmp_path):
+    out = tmp_path / "composed"
+    result = compose_lora([f for _, f in made], out, store=tmp_path / "none.sqlite",
+                          evaluate=False)  # fmt: skip
+    composed = Adapter.load(out)
+    assert composed.config.extra["task_type"] == "SEQ_CLS"  # AutoPeftModelFor… needs it
+    assert composed.embeddings == {"bert.embeddings.word_embeddings"}
+    assert not composed.others
+    assert sum("are not composed and not written" in n for n in result.notes) == 2
