@@ -76,6 +76,13 @@ def test_inspect_a_plain_folder_says_what_it_could_not_compute(finetuned, tmp_pa
     assert "Rank policies" in result.output and "Evidence ladder" not in result.output
     assert "not computed: evidence ladder" in result.output
     assert "report:" not in result.output
+    as_json = invoke("inspect", folder, "--store", store, "--no-report", "--json", "--seed", "1")
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert [m["module"] for m in data["modules"]][:2] == ["blocks.0.attn.q_proj",
+                                                         "blocks.0.attn.k_proj"]  # fmt: skip
+    assert all(m["policies"]["configured"] == 2 for m in data["modules"])
+    assert any("seed=1 ignored" in line for line in data["not_computed"])  # said, not dropped
 
 
 @pytest.mark.parametrize(

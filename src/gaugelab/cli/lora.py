@@ -37,6 +37,7 @@ from gaugelab.cli._options import (
 from gaugelab.cli.bench import pinned_threads
 
 _lora = LazyModule("gaugelab.experiments.lora.run")
+_lora_inspect = LazyModule("gaugelab.experiments.lora.inspect")
 _store = LazyModule("gaugelab.study.store")
 
 __all__ = ["finetune", "inspect", "lora_app", "register"]
@@ -185,6 +186,9 @@ def inspect(
     store: Store = DEFAULT_STORE_PATH,
     out: Out = None,
     report: Annotated[bool, typer.Option(help="Write the HTML report and figures.")] = True,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON (no tables).")
+    ] = False,
 ) -> None:
     """What an adapter's updates are: rank policies, spectrum, truncation, evidence ladder.
 
@@ -211,6 +215,9 @@ def inspect(
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
         options = {"seed": "--seed", "ranks": "--ranks", "study": "--study"}
         raise fail(str(exc).removeprefix("inspect_lora: "), options) from None
+    if json_out:
+        typer.echo(_lora_inspect.to_json(result))
+        return
     for table in _lora.inspect_tables(result):
         console.print(rich_table(table, label_columns=1))
     for line in result.not_computed:

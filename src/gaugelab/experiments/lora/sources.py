@@ -262,7 +262,13 @@ def find(
     """
     path = Path(name)
     if path.exists():
-        return Found(name, resolve_path(path, db))
+        found = Found(name, resolve_path(path, db))
+        ignored = [f"{option}={value!r}" for option, value in ((seed_name, seed), ("study", study))
+                   if value is not None]  # fmt: skip
+        if ignored:  # a folder holds one adapter and belongs to no study
+            found.source.missing.append(f"{', '.join(ignored)} ignored: {name} is an adapter "
+                                        "folder, not a stored run")  # fmt: skip
+        return found
     if "/" in name or os.sep in name:
         raise ValueError(f"{func}: no such adapter folder: {name}")
     if db is None:
