@@ -36,12 +36,14 @@ def policy_table(result: InspectResult) -> rep.Table:
     numerical = next((p for m in result.modules for p in m.policies
                       if p.policy_id.startswith("numerical")), None)  # fmt: skip
     rule = numerical.parameters.get("tolerance_rule", "") if numerical else ""
+    threshold = "τ" if numerical and numerical.parameters.get("rtol") is None else "rtol·σ_1"
     return rep.Table(
         title=f"Rank policies of each module's update ({result.label}, {result.source})",
         columns=["module", "shape", "configured", "energy 90%", *(n for n, _ in _POLICIES)],
         rows=rows,
         caption="energy ρ: smallest k with Σ_{i≤k} σ_i² ≥ ρ·‖ΔW‖_F² (90% is seed 003 §0x0BE's); "
-        f"numerical: #{{σ_i > rtol·σ_1}}, rtol = {rule}; stable: ‖ΔW‖_F²/‖ΔW‖_2²; entropy "
+        f"numerical: #{{σ_i > {threshold}}}, {threshold.split('·')[0]} = {rule}; stable: "
+        "‖ΔW‖_F²/‖ΔW‖_2²; entropy "
         "ranks on σ² (energy) and on σ (Roy–Vetterli). Singular values in float64.",
     )  # fmt: skip
 
