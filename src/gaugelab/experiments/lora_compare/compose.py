@@ -24,6 +24,7 @@ from gaugelab.experiments.lora.sources import Found, find, open_store
 from gaugelab.experiments.lora_compare.sources import losses, merged_model, target_batches
 from gaugelab.lowrank.composition.adapters import ModuleLedger, compose_adapters
 from gaugelab.lowrank.composition.ledger import interference, staged_expansion_report
+from gaugelab.lowrank.spectra.factored import work_dtype
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["ComposeResult", "OutputInterference", "check_base_shapes", "compose_lora"]
@@ -231,7 +232,8 @@ def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -
     for m in modules:
         present = [j for j, a in enumerate(adapters) if m in a.modules]  # type: ignore[union-attr]
         parts = [adapters[j].modules[m] for j in present]  # type: ignore[union-attr]
-        stages = [(p.B, p.A, p.scale) for p in parts]  # their dtype: the ledger's tolerance
+        work = work_dtype(parts[0].A.dtype)  # as compose_adapters: the same tolerances
+        stages = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]
         report = staged_expansion_report(stages, [weights[j] for j in present])
         for j, row in zip(present, report, strict=True):
             for key in ("rank_stage", "rank_total", "new_row", "new_column"):

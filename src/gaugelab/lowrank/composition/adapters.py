@@ -16,6 +16,7 @@ import torch
 
 from gaugelab.adapters import Adapter, AdapterConfig, AdapterModule
 from gaugelab.lowrank.composition.ledger import compose_static, compress, interference
+from gaugelab.lowrank.spectra.factored import work_dtype
 from gaugelab.models.lora import FactorRecord
 
 __all__ = ["COMPOSITION_FILE", "DENSE_CHECK_LIMIT", "METHODS", "ComposedAdapter", "ModuleLedger",
@@ -198,8 +199,8 @@ def compose_adapters(
             )
         lam = [float(weights[j]) for j in idx]
         m, n, dtype = kinds[0]
-        work = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-        factors = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]  # half: LAPACK's float32
+        work = work_dtype(dtype)  # half precision: float32, in which LAPACK runs anyway
+        factors = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]
         comp = compose_static(factors, lam, rtol=rtol, check=m * n <= DENSE_CHECK_LIMIT)
         B, A, residual = comp.B, comp.A, 0.0
         if method == "svd":

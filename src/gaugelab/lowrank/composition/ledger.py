@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from gaugelab.lowrank.composition.interference import Interference, interference
-from gaugelab.lowrank.spectra.factored import as_update
+from gaugelab.lowrank.spectra.factored import as_update, work_dtype
 from gaugelab.lowrank.spectra.ranks import numerical_rank
 from gaugelab.lowrank.spectra.reconstruction import reconstruct_by_rank
 from gaugelab.lowrank.subspaces.compare import UpdateBases, update_bases
@@ -161,8 +161,7 @@ def compose_static(
     R = B_cat.shape[1]
     given = rtol
     if rtol is None:  # the computation's dtype: LAPACK runs half precision in float32
-        work = B_cat.dtype if B_cat.dtype in (torch.float32, torch.float64) else torch.float32
-        rtol = max(m, n, R) * torch.finfo(work).eps
+        rtol = max(m, n, R) * torch.finfo(work_dtype(B_cat.dtype)).eps
     rank_b, rank_a = _matrix_rank(B_cat, rtol), _matrix_rank(A_cat.mT, rtol)
     bound = min(rank_b, rank_a, R)
     product = numerical_rank((B_cat, A_cat), matrix_id="composition", rtol=given)

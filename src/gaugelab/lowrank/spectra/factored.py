@@ -24,6 +24,7 @@ __all__ = [
     "unbatched",
     "update_singular_values",
     "update_svd",
+    "work_dtype",
 ]
 
 _LAPACK_DTYPES = (torch.float32, torch.float64)
@@ -153,7 +154,9 @@ def as_update(x: object, func: str, arg: str = "delta") -> Update:
     return Update(None, B, A, scale if isinstance(scale, torch.Tensor) else float(scale))
 
 
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+def work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a decomposition of ``dtype`` tensors runs in: its own for float32 / float64,
+    float32 for float16 / bfloat16 (LAPACK has no half precision)."""
     return dtype if dtype in _LAPACK_DTYPES else torch.float32
 
 
@@ -210,7 +213,7 @@ def factored_svd(
 
 
 def _factored(update: Update) -> FactoredSvd:
-    work = _work_dtype(update.dtype)
+    work = work_dtype(update.dtype)
     B, A = update.B.to(work), update.A.to(work)  # type: ignore[union-attr]
     Q_B, R_B = torch.linalg.qr(B)  # [..., d_out, k_B], [..., k_B, r]; k_B = min(d_out, r)
     Q_A, R_A = torch.linalg.qr(A.mT)  # [..., d_in, k_A], [..., k_A, r]; k_A = min(d_in, r)
@@ -224,14 +227,14 @@ def update_svd(update: Update) -> FactoredSvd:
     """Compact SVD of an update: dense SVD of a dense one, ``factored_svd`` of factors."""
     if update.dense is None:
         return _factored(update)
-    X = update.dense.to(_work_dtype(update.dtype))
+    X = update.dense.to(work_dtype(update.dtype))
     U, S, Vh = torch.linalg.svd(X, full_matrices=False)  # [..., m, q], [..., q], [..., q, n]
     return FactoredSvd(U, S, Vh.mT, _record("dense", "torch.linalg.svd", update.dtype, X))
 
 
 def update_singular_values(update: Update) -> tuple[torch.Tensor, SvdRecord]:
     """Singular values ``[..., q]`` of an update, without singular vectors."""
-    work = _work_dtype(update.dtype)
+    work = work_dtype(update.dtype)
     if update.dense is not None:
         X = update.dense.to(work)
         return torch.linalg.svdvals(X), _record("dense", "torch.linalg.svdvals", update.dtype, X)
