@@ -71,3 +71,31 @@ def test_compose_keeps_task_type_and_embedding_keys(made, tmp_path):
     assert composed.embeddings == {"bert.embeddings.word_embeddings"}
     assert not composed.others
     assert sum("are not composed and not written" in n for n in result.notes) == 2
+
+
+def test_compose_json_and_a_base_mismatch_allowed_and_recorded(made, tmp_path):
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from gaugelab.cli.app import app
+
+    other = tmp_path / "renamed"
+    shutil.copytree(made[1][1], other)
+    config = json.loads((other / "adapter_config.json").read_text())
+    config["base_model_name_or_path"] = "/local/copy/of/bert"
+    (other / "adapter_config.json").write_text(json.dumps(config))
+    args = ["lora", "compose", str(made[0][1]), str(other), "--store", str(tmp_path / "s.sqlite"),
+            "--no-report"]  # fmt: skip
+    refused = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o1")])
+    assert refused.exit_code == 2 and "different base models" in refused.output
+    assert not (tmp_path / "o1").exists()
+    allowed = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "o2"),
+                                       "--allow-base-mismatch", "--json"])  # fmt: skip
+    assert allowed.exit_code == 0, allowed.output
+    data = json.loads(allowed.output)
+    assert data["method"] == "cat" and len(data["ledger"]) == 3
+    written = json.loads((tmp_path / "o2" / "gaugelab_composition.json").read_text())
+    assert written["bases"][1] == "/local/copy/of/bert"
+    assert Adapter.load(tmp_path / "o2").config.base_model_name_or_path is None

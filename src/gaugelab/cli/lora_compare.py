@@ -108,6 +108,9 @@ def compare(
         Path | None, typer.Option(help="Report folder (default: in the store's).")
     ] = None,
     report: Annotated[bool, typer.Option(help="Write the HTML report and φ heatmaps.")] = True,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON (no tables).")
+    ] = False,
 ) -> None:
     """Do two adapters learn the same thing? Principal angles of their update spans.
 
@@ -141,6 +144,9 @@ def compare(
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
         raise fail(str(exc).removeprefix("compare_lora: "), _OPTIONS) from None
+    if json_out:
+        typer.echo(_lora_compare_views.to_json(result))
+        return
     for table in _lora_compare_views.compare_tables(result):
         console.print(rich_table(table, label_columns=1))
     for line in result.notes:
@@ -195,6 +201,15 @@ def compose(
         Path | None, typer.Option("--report-dir", help="Report folder (default: in the store's).")
     ] = None,
     report: Annotated[bool, typer.Option(help="Write the HTML report.")] = True,
+    allow_base_mismatch: Annotated[
+        bool,
+        typer.Option(help="Compose adapters whose base_model_name_or_path differ (a hub id "
+                     "and a local path of one model); the written config then names no base, "
+                     "gaugelab_composition.json lists each source's."),
+    ] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the result as JSON (no tables).")
+    ] = False,
 ) -> None:
     """Compose adapters Σ λ_j s_j B_j A_j and write the result as a PEFT adapter.
 
@@ -226,6 +241,7 @@ def compose(
                 sources, out, store=store, weights=lam, method=method, rank=rank,
                 seeds=per_seed, study=study, evaluate=evaluate, samples=1 if quick else 2,
                 report_dir=report_out, write_report=report,
+                allow_different_bases=allow_base_mismatch,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
@@ -233,6 +249,9 @@ def compose(
         for prefix in ("compose_lora: ", "compose_adapters: "):
             message = message.removeprefix(prefix)
         raise fail(message, _OPTIONS) from None
+    if json_out:
+        typer.echo(_lora_compare_views.to_json(result))
+        return
     for table in _lora_compare_views.compose_tables(result):
         console.print(rich_table(table, label_columns=1))
     for line in result.notes:

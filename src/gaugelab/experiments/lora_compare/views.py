@@ -192,6 +192,12 @@ def _json(value):
     raise TypeError(type(value).__name__)
 
 
+def to_json(result: CompareResult | ComposeResult) -> str:
+    """A comparison or a composition as JSON (what ``compare.json`` / ``compose.json`` hold;
+    ``NaN`` written as ``NaN``)."""
+    return json.dumps(dataclasses.asdict(result), indent=1, allow_nan=True, default=_json)
+
+
 def compare_report(result: CompareResult, out_dir: str | os.PathLike[str]) -> Path:
     """Write ``report.html``, the φ heatmaps and ``compare.json`` into ``out_dir``.
 
@@ -210,7 +216,7 @@ def compare_report(result: CompareResult, out_dir: str | os.PathLike[str]) -> Pa
                 "blocks), and φ of two independent random Gaussian subspaces of the same size "
                 "(expected max(i, j)/d).")))  # fmt: skip
     with open(folder / "compare.json", "x", encoding="utf-8") as handle:
-        json.dump(dataclasses.asdict(result), handle, indent=1, allow_nan=True, default=_json)
+        handle.write(to_json(result))
     spec = {"a": result.source_a, "b": result.source_b, "policy": result.policy}
     return rep.write_report(
         rep.StudyReport(name=f"compare {result.a} vs {result.b}", spec=spec,
@@ -301,7 +307,7 @@ def compose_report(result: ComposeResult, out_dir: str | os.PathLike[str]) -> Pa
         raise FileExistsError(f"{folder} already holds a report; choose another folder")
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "compose.json", "x", encoding="utf-8") as handle:
-        json.dump(dataclasses.asdict(result), handle, indent=1, allow_nan=True, default=_json)
+        handle.write(to_json(result))
     spec = {"sources": result.sources, "weights": list(result.weights), "method": result.method,
             "rank": result.rank, "out": str(result.out)}  # fmt: skip
     return rep.write_report(

@@ -87,6 +87,8 @@ class ComposedAdapter:
             (``lora_alpha = r``, plain scale), its down factor carrying ``λ_j s_j``.
         ledger: one :class:`ModuleLedger` per module, in the adapters' module order.
         method, rank, weights: how it was composed.
+        bases: each source's ``base_model_name_or_path``, in order (they differ only when
+            composed with ``allow_different_bases``; the written config then names none).
     """
 
     adapter: Adapter
@@ -94,11 +96,12 @@ class ComposedAdapter:
     method: str
     rank: int | None
     weights: tuple[float, ...]
+    bases: tuple[str | None, ...] = ()
 
     def to_dict(self) -> dict:
         """The ledger as JSON-ready values."""
         return {"method": self.method, "rank": self.rank, "weights": list(self.weights),
-                "modules": [asdict(m) for m in self.ledger]}  # fmt: skip
+                "bases": list(self.bases), "modules": [asdict(m) for m in self.ledger]}  # fmt: skip
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the PEFT files and :data:`COMPOSITION_FILE` into ``directory``.
@@ -234,5 +237,6 @@ def compose_adapters(
                "use_dora": False},
     )  # fmt: skip
     embeddings = frozenset(m for a in adapters for m in a.embeddings)
+    named = tuple(a.config.base_model_name_or_path for a in adapters)
     return ComposedAdapter(Adapter(out, config, embeddings=embeddings), ledger, method, rank,
-                           weights)  # fmt: skip
+                           weights, named)  # fmt: skip
