@@ -3,9 +3,9 @@
 Writes two Llama-2-7B-shaped PEFT adapters (``adapter_model.safetensors`` + ``adapter_config.json``
 as PEFT's ``save_pretrained`` writes them): 32 layers × 7 modules (q, k, v, o 4096 × 4096; gate,
 up 11008 × 4096; down 4096 × 11008), r = 16, α = 32, random factors with non-zero B, in
-bfloat16 and float32 (``--quick``: 2 layers, bfloat16 only). Then runs, each as its own process
-as a user would (``python -m gaugelab …``, one torch thread), and reads its wall time and peak
-resident memory (``os.wait4``'s ``ru_maxrss``):
+bfloat16 and float32 (``--quick``: 2 layers, bfloat16 only, no peer). Then runs, each as its
+own process as a user would (``python -m gaugelab …``, one torch thread), and reads its wall
+time and peak resident memory (``os.wait4``'s ``ru_maxrss``):
 
 - ``lora inspect A --no-evidence`` (every rank policy and truncation row in factor space);
   every command with ``--no-report`` (the HTML report and its figures are timed apart);
@@ -17,8 +17,10 @@ The peer is the dense path a user would write, per module, in the same process a
 form ``s·B A`` in float32 and take ``torch.linalg.svdvals`` (inspect); form both updates and call
 ``scipy.linalg.subspace_angles`` on their column spaces and their transposes (compare); form the
 sum and take its truncated SVD (compose ``svd``). It is timed on one module of each of the three
-shapes and extrapolated to the 224 modules (32 layers × (4 + 3)), printed as such: the dense
-path on every module would take the better part of an hour on 2 cores. The ratio is peer / ours,
+distinct shapes (4096 × 4096, 11008 × 4096, 4096 × 11008) and multiplied by the number of
+modules of that shape (printed as extrapolated): the dense path on every module would take
+hours on 2 cores, and even the three timed modules take about ten minutes (scipy's
+``subspace_angles`` orthonormalises each dense update by a full SVD). The ratio is peer / ours,
 ours being the whole command (start-up, reading, writing included).
 
 Targets (issue 28): inspect ≤ 15 s and ≤ 1.5 GB, ≥ 100× the dense path; compare ≤ 15 s,
@@ -97,11 +99,14 @@ def _factors(d_out: int, d_in: int, seed: int) -> tuple[torch.Tensor, torch.Tens
     return torch.randn(d_out, RANK, generator=gen) * 0.01, torch.randn(RANK, d_in, generator=gen)
 
 
-def dense_seconds(kind: str, modules: int) -> float:
-    """The dense path's seconds on one module of each shape, extrapolated to ``modules``
-    (the shapes in their proportion in a layer)."""
+def dense_seconds(kind: str, layers: int) -> float:
+    """The dense path's seconds on one module of each distinct shape, times the number of
+    modules of that shape in ``layers`` layers."""
     s, total = ALPHA / RANK, 0.0
-    for d_out, d_in in SHAPES.values():
+    counts: dict[tuple[int, int], int] = {}
+    for shape in SHAPES.values():
+        counts[shape] = counts.get(shape, 0) + layers
+    for (d_out, d_in), count in counts.items():
         (B1, A1), (B2, A2) = _factors(d_out, d_in, 0), _factors(d_out, d_in, 1)
         start = time.perf_counter()
         if kind == "inspect":
@@ -112,17 +117,17 @@ def dense_seconds(kind: str, modules: int) -> float:
         else:  # compose svd: the sum, then its rank-16 truncation
             U, S, Vh = torch.linalg.svd(s * (B1 @ A1) + s * (B2 @ A2), full_matrices=False)
             np.asarray((U[:, :RANK] * S[:RANK]) @ Vh[:RANK])
-        total += time.perf_counter() - start
-    return total / len(SHAPES) * modules
+        total += (time.perf_counter() - start) * count
+    return total
 
 
 def run(*, quick: bool, progress) -> list[list]:
     layers = 2 if quick else 32
     dtypes = [torch.bfloat16] if quick else [torch.bfloat16, torch.float32]
-    modules = layers * len(SHAPES)
     task = progress.add_task("lora-scale", total=len(dtypes) * 4 + 3)
     rows = []
-    peer = {k: dense_seconds(k, modules) for k in ("inspect", "compare", "compose")}
+    kinds = () if quick else ("inspect", "compare", "compose")  # the peer takes ~10 min
+    peer = {k: dense_seconds(k, layers) for k in kinds}
     progress.advance(task, 3)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -145,7 +150,7 @@ def run(*, quick: bool, progress) -> list[list]:
             for kind, args, peer_name, target in cases:
                 seconds, rss = run_command(args, root)
                 label = " ".join(a for a in args[:2]) + (" --method svd" if "svd" in args else "")
-                dense = peer[kind] if peer_name != "—" else None
+                dense = peer.get(kind) if peer_name != "—" else None
                 ratio = "—" if dense is None else f"{dense / seconds:.0f}×"
                 rows.append([label, name, layers, f"{seconds:.1f}", f"{rss:.0f}", peer_name,
                              "—" if dense is None else f"{dense:.0f} (extrapolated)", ratio,
