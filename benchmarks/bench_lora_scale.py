@@ -5,7 +5,7 @@ as PEFT's ``save_pretrained`` writes them): 32 layers × 7 modules (q, k, v, o 4
 up 11008 × 4096; down 4096 × 11008), r = 16, α = 32, random factors with non-zero B, in
 bfloat16 and float32 (``--quick``: 2 layers, bfloat16 only, no peer). Then runs, each as its
 own process as a user would (``python -m gaugelab …``, one torch thread), and reads its wall
-time and peak resident memory (``os.wait4``'s ``ru_maxrss``):
+time and peak resident memory (the process's own ``VmHWM`` at exit):
 
 - ``lora inspect A --no-evidence`` (every rank policy and truncation row in factor space);
   every command with ``--no-report`` (the HTML report and its figures are timed apart);
@@ -76,22 +76,38 @@ def write_adapter(folder: Path, layers: int, dtype: torch.dtype, seed: int) -> P
     return folder
 
 
+_PEAK = """
+import atexit, runpy, sys
+target = sys.argv[1]
+def peak():
+    with open("/proc/self/status") as status, open(target, "w") as out:
+        out.write(next(line for line in status if line.startswith("VmHWM")))
+atexit.register(peak)
+sys.argv = ["gaugelab", *sys.argv[2:]]
+runpy.run_module("gaugelab", run_name="__main__")
+"""
+
+
 def run_command(args: list[str], cwd: Path) -> tuple[float, float]:
     """``(wall seconds, peak RSS MiB)`` of ``python -m gaugelab *args`` (one torch thread).
+
+    The peak is the process's own ``VmHWM`` read as it exits: ``ru_maxrss`` of a child would
+    include the benchmark process's own size at the fork.
 
     Raises:
         RuntimeError: the command failed (its output is in the message).
     """
     env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    peak_file = cwd / "peak.txt"
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "gaugelab", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
-    output = proc.stdout.read()  # type: ignore[union-attr]
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run([sys.executable, "-c", _PEAK, str(peak_file), *args], cwd=cwd,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          check=False)  # fmt: skip
     seconds = time.perf_counter() - start
-    if status != 0:
-        raise RuntimeError(f"gaugelab {' '.join(args)} failed:\n{output.decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024  # kB on Linux
+    if proc.returncode != 0:
+        raise RuntimeError(f"gaugelab {' '.join(args)} failed:\n{proc.stdout.decode()[-2000:]}")
+    kib = int(peak_file.read_text().split()[1])  # "VmHWM:  123456 kB"
+    return seconds, kib / 1024
 
 
 def _factors(d_out: int, d_in: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
