@@ -95,7 +95,8 @@ def interference(
     u, v = as_update(delta_1, func, "delta_1"), as_update(delta_2, func, "delta_2")
     if u.batch or v.batch or u.shape != v.shape:
         raise ValueError(f"{func}: updates of shapes {u.shape} and {v.shape}; allowed: one [m, n]")
-    spans = compare_updates(delta_1, delta_2, policy=policy, rtol=rtol, rho=rho)
+    spans = compare_updates(delta_1, delta_2, policy=policy, rtol=rtol, rho=rho,
+                            factor_spans=False)  # only the update spans are reported
     n1, n2 = float(frobenius_inner(u, u)), float(frobenius_inner(v, v))
     inner = float(frobenius_inner(u, v))
     if u.dense is None and v.dense is None:  # the sum as concatenated factors, B A unformed
