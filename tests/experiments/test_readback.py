@@ -221,7 +221,7 @@ class _Run:
         return None if path is None else load_checkpoint(path)
 
     def checkpoint(self, step, *, scope, **state):
-        save_checkpoint(self.folder / scope, step=step, rng_states={}, data_position=0, **state)
+        save_checkpoint(self.folder / scope, step=step, **state)
 
     def progress(self, *args):
         pass

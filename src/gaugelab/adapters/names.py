@@ -52,7 +52,7 @@ _LEAVES = {  # leaf → (family, role), where the leaf alone says it
     "embed_in": ("embedding", "embedding"), "shared": ("embedding", "embedding"),
     "embed": ("embedding", "embedding"),
 }  # fmt: skip
-_T5_ATTENTION = {"q": "q", "k": "k", "v": "v", "o": "o"}
+_T5_ATTENTION = frozenset("qkvo")  # T5's SelfAttention / EncDecAttention leaves: the role
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ def parse_module_name(path: str) -> ModuleName:
     if leaf == "c_proj":  # GPT-2: the attention output under attn, the down projection under mlp
         family, role = ("mlp", "down") if parent == "mlp" else ("attention", "o")
     elif leaf == "dense":  # NeoX attention.dense, BERT attention.output.dense / output.dense
-        if in_attention or (parent == "output" and len(parents) > 1 and parents[-2] == "attention"):
+        if in_attention:  # parents[-2:] holds BERT's "attention" of attention.output.dense
             family, role = "attention", "o"
         elif parent == "intermediate":
             family, role = "mlp", "up"
@@ -116,7 +116,7 @@ def parse_module_name(path: str) -> ModuleName:
         else:
             family, role = "other", leaf
     elif leaf in _T5_ATTENTION and in_attention:
-        family, role = "attention", _T5_ATTENTION[leaf]
+        family, role = "attention", leaf
     elif leaf in _LEAVES:
         family, role = _LEAVES[leaf]
     elif in_mlp:

@@ -112,10 +112,9 @@ def fit(
     for t in range(first, steps):
         if run is not None and resume is not None and t > first and resume.due(t):
             snap = resume.snapshot(t)
-            given = {"rng_states": snap.rng_states, "data_position": snap.data_position}
             run.checkpoint(t, scope=resume.scope, model_state=snap.model_state,
-                           optimizer_state=snap.optimizer_state, extra=snap.extra,
-                           **{k: v for k, v in given.items() if v})  # fmt: skip
+                           optimizer_state=snap.optimizer_state, rng_states=snap.rng_states,
+                           data_position=snap.data_position, extra=snap.extra)  # fmt: skip
         go_on = update(t)
         if progress is not None and ((t + 1) % progress_every == 0 or t + 1 == steps):
             progress(t + 1)
@@ -127,7 +126,7 @@ def fit(
 def _resume(run: Any, resume: Resume, steps: int, label: str) -> int:
     where = f"run {str(getattr(run, 'identity', ''))[:12]} ({label})"
     try:
-        saved = run.resume(scope=resume.scope) if resume.scope else run.resume()
+        saved = run.resume(scope=resume.scope)
     except (StoreError, OSError) as exc:
         raise StoreError(f"{where}: cannot resume: {exc}") from None
     if saved is None:

@@ -178,7 +178,7 @@ class _Run:
     def progress(self, *args):
         pass
 
-    def resume(self):
+    def resume(self, scope=""):
         return None
 
 

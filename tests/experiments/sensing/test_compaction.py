@@ -84,7 +84,7 @@ class _FakeRun:
     def __init__(self, folder: Path, stop_at: int | None = None) -> None:
         self.folder, self.stop_at = folder, stop_at
 
-    def checkpoint(self, step, *, scope, model_state, optimizer_state, extra):
+    def checkpoint(self, step, *, scope, model_state, optimizer_state, extra, **_):
         save_checkpoint(
             self.folder / scope, step=step, model_state=model_state,
             optimizer_state=optimizer_state, rng_states={}, data_position=0, extra=extra,

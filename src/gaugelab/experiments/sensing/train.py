@@ -194,10 +194,10 @@ def train_rule(
             leave(done)
         return bool(opt.active.any())
 
-    first = fit(update, steps=spec.steps, label=label, run=run,
-                resume=Resume(snapshot, restore, lambda t: t % every == 0, scope=label),
-                progress_every=spec.check_every)  # fmt: skip
-    t = max(last, first)
+    fit(update, steps=spec.steps, label=label, run=run,
+        resume=Resume(snapshot, restore, lambda t: t % every == 0, scope=label),
+        progress_every=spec.check_every)  # fmt: skip
+    t = last  # fit runs at least the update after its resume point
     U.grad = V.grad = None
     with torch.no_grad():  # the last update of a member nothing checked after
         if rows.numel():
