@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.terminal import as_foreground_job
 
 GAUGELAB = Path(sys.executable).with_name("gaugelab")  # the console script beside the venv's python
 
@@ -71,7 +72,7 @@ def test_ctrl_c_stops_a_long_check_with_one_line_and_exit_code_130(workdir):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     process = subprocess.Popen(
         [str(GAUGELAB), "check", "adam", "--problem", "attention", "--steps", "5000"],
-        cwd=workdir, env=env,
+        cwd=workdir, env=env, preexec_fn=as_foreground_job,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support.terminal import as_foreground_job
 
 from gaugelab.study.store.db import RunStore
 
@@ -32,6 +33,7 @@ def _start(*args: str) -> subprocess.Popen:
         text=True,
         env={**ENV, MARK: mark},
         start_new_session=True,
+        preexec_fn=as_foreground_job,
     )
     proc.mark = mark
     return proc
