@@ -1,8 +1,20 @@
 """Shared test fixtures."""
 
+import os
 from pathlib import Path
 
 import pytest
+from tests.support.margins import Margins
+
+# Under pytest-xdist each worker gets its share of the cores as its thread count (and the
+# commands the tests start inherit it): two workers of two OpenMP threads on two cores stall
+# every product. `tests/portability.sh` sets the count itself (GAUGELAB_TEST_THREADS).
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    share = str(max(1, (os.cpu_count() or 1) // int(workers)))
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, os.environ.get("GAUGELAB_TEST_THREADS", share))
+elif threads := os.environ.get("GAUGELAB_TEST_THREADS"):
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = threads
 
 
 @pytest.fixture(scope="session")
@@ -23,12 +35,13 @@ def one_thread():
     Tiny problems: one torch thread is faster, and immune to a busy machine (a second OpenMP
     thread waiting for a taken core stalls every product). Module-scoped, so the module's own
     module-scoped fixtures (a shared study run once) compute on one thread too; the previous
-    thread count is restored after the module.
+    thread count is restored after the module. ``tests/portability.sh`` sets the count through
+    ``$GAUGELAB_TEST_THREADS``, to measure the module's thresholds on 1 and 2 threads.
     """
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("GAUGELAB_TEST_THREADS", "1")))
     yield
     torch.set_num_threads(before)
 
@@ -93,6 +106,13 @@ def _strict_dtypes_mode():
 
 
 @pytest.fixture
+def margin(request) -> Margins:
+    """``margin.below(name, value, bound)`` / ``.above``: a fixed threshold on a measured float,
+    recorded for ``tests/portability.sh`` (see :mod:`tests.support.margins`)."""
+    return Margins(request.node.nodeid)
+
+
+@pytest.fixture
 def strict_dtypes():
     """Fail on silent float32↔float64 promotion inside the test (Equinox's strict mode).
 
@@ -106,3 +126,22 @@ def strict_dtypes():
     """
     with _strict_dtypes_mode():
         yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under ``pytest -n`` (``--dist loadgroup``, the default), the tests that share a module- or
+    class-scoped fixture (a study run once for its module) run on one worker, so the fixture is
+    built once; every other test goes wherever a worker is free. A test module can name a group
+    itself with ``pytest.mark.xdist_group`` (the Ray tests share one: two Ray clusters at once
+    on two cores starve each other)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        defs = getattr(item, "_fixtureinfo", None)
+        shared = defs is not None and any(
+            fixture[-1].scope in ("module", "class", "package")
+            for fixture in defs.name2fixturedefs.values()
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

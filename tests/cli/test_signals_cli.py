@@ -150,6 +150,7 @@ def test_ctrl_c_stops_pool_workers_and_records_their_runs_cancelled(tmp_path):
     _assert_nothing_left(proc)
 
 
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time (tests/conftest.py)
 @pytest.mark.parametrize(
     ("args", "code"),
     [

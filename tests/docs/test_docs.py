@@ -1,7 +1,7 @@
 """Every fenced ```sh and ```python block of README.md and docs/**/*.md runs and succeeds.
 
 The blocks of one page run in order, in one fresh working folder (so a later block sees what an
-earlier one wrote); pages run in parallel, two at a time.
+earlier one wrote); under ``pytest -n`` the pages spread over the workers.
 
 * A ``sh`` (or ``bash``) block is one bash script (``set -eo pipefail``) with this interpreter's
   folder first on ``PATH``, so ``gaugelab`` and ``python`` are the ones under test. A line that
@@ -30,7 +30,6 @@ import subprocess
 import sys
 import time
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +39,6 @@ REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent
 TIMEOUT_S = 300  # per block
-WORKERS = 2  # pages at once
 
 LANGUAGES = {"sh": "sh", "bash": "sh", "python": "python"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<ticks>`{3,})[ \t]*(?P<info>[^`\s]*)[^`]*$")
@@ -363,21 +361,23 @@ def run_block(block: Block, folder: Path) -> Outcome:
     return Outcome(True, seconds=seconds, not_run=not_run)
 
 
-def _run_page(blocks: list[Block], folder: Path, futures: dict[Block, Future]) -> None:
+def _run_page(blocks: list[Block], folder: Path) -> dict[Block, Outcome]:
+    """Each block's outcome, in order; the blocks after a failing one are not run."""
+    outcomes: dict[Block, Outcome] = {}
     failed = None
     for block in blocks:
-        future = futures[block]
         if failed is not None:
-            future.set_result(Outcome(False, f"{block.where}: not run: {failed} failed before"))
+            outcomes[block] = Outcome(False, f"{block.where}: not run: {failed} failed before")
         elif block.skip is not None:
-            future.set_result(Outcome(True))
+            outcomes[block] = Outcome(True)
         else:
             try:
                 outcome = run_block(block, folder)
             except Exception:  # a bug of this test, not of the page: report it, never hang
                 outcome = Outcome(False, f"{block.where}: {traceback.format_exc()}")
             failed = None if outcome.ok else block.where
-            future.set_result(outcome)
+            outcomes[block] = outcome
+    return outcomes
 
 
 def _all_blocks() -> list[Block]:
@@ -387,33 +387,42 @@ def _all_blocks() -> list[Block]:
 BLOCKS = _all_blocks()
 
 
+@dataclass
+class Pages:
+    """Each page's blocks run once, when its first selected block's test asks, up to the page's
+    last selected block (``pytest -k``)."""
+
+    last: dict[Path, int]  # page → the line of its last selected block
+    folder: object  # tmp_path_factory
+    done: dict[Block, Outcome] = field(default_factory=dict)
+
+    def outcome(self, block: Block) -> Outcome:
+        if block not in self.done:
+            blocks = [b for b in BLOCKS if b.page == block.page and b.line <= self.last[b.page]]
+            name = re.sub(r"\W+", "-", str(block.page.relative_to(REPO)))
+            self.done.update(_run_page(blocks, self.folder.mktemp(name)))
+        return self.done[block]
+
+
 @pytest.fixture(scope="session")
-def outcomes(request, tmp_path_factory) -> dict[Block, Future]:
-    """Futures of every selected block's outcome; each page up to its last selected block."""
-    selected = [
-        item.callspec.params["block"]
-        for item in request.session.items
-        if hasattr(item, "callspec") and isinstance(item.callspec.params.get("block"), Block)
-    ]
-    pages: dict[Path, list[Block]] = {}
-    for block in BLOCKS:
-        if any(s.page == block.page for s in selected):
-            pages.setdefault(block.page, []).append(block)
-    for page, blocks in pages.items():  # up to the last selected block of the page
-        last = max(b.line for b in selected if b.page == page)
-        pages[page] = [b for b in blocks if b.line <= last]
-    futures = {b: Future() for blocks in pages.values() for b in blocks}
-    pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="docs-page")
-    for page, blocks in pages.items():
-        folder = tmp_path_factory.mktemp(re.sub(r"\W+", "-", str(page.relative_to(REPO))))
-        pool.submit(_run_page, blocks, folder, futures)
-    yield futures
-    pool.shutdown(wait=True, cancel_futures=True)
+def pages(request, tmp_path_factory) -> Pages:
+    last: dict[Path, int] = {}
+    for item in request.session.items:
+        block = getattr(item, "callspec", None) and item.callspec.params.get("block")
+        if isinstance(block, Block):
+            last[block.page] = max(last.get(block.page, 0), block.line)
+    return Pages(last, tmp_path_factory)
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS if b.skip is None], ids=lambda b: b.where)
-def test_docs_block_runs(block, outcomes):
-    outcome = outcomes[block].result(timeout=TIMEOUT_S * len(BLOCKS))
+def _page_group(block: Block):
+    """A page's blocks share a working folder: one pytest-xdist worker runs them all."""
+    group = pytest.mark.xdist_group(f"docs:{block.page.relative_to(REPO)}")
+    return pytest.param(block, marks=group, id=block.where)
+
+
+@pytest.mark.parametrize("block", [_page_group(b) for b in BLOCKS if b.skip is None])
+def test_docs_block_runs(block, pages):
+    outcome = pages.outcome(block)
     for line in outcome.not_run:
         print(f"{block.where}: not run by the docs test: {line}")
     assert outcome.ok, outcome.message

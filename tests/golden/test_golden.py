@@ -1,7 +1,7 @@
 """The printed output of every experiment's quick form, against its recorded golden file.
 
-Each command below runs as a user runs it (``python -m gaugelab …`` in a fresh process, one
-store for all of them, in this order: ``lora inspect``, ``compare`` and ``compose`` read the
+Each command below runs as a user runs it (``python -m gaugelab …`` in a fresh process), in
+the store of its chain (:data:`CHAINS`: ``lora inspect``, ``compare`` and ``compose`` read the
 adapters ``lora finetune`` wrote). Its output is normalised by :func:`normalise` and must equal
 ``tests/golden/<name>.txt``. The files were recorded before the package was rearranged into
 one package per experiment, so a rearrangement that changes any table, verdict or number fails
@@ -131,14 +131,27 @@ ANY = "≈"
 _TOKEN = re.compile(r"~0|≈|[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:e[-+]?\d+)?")
 
 
-def run_all(tmp: Path, variant: dict[str, str]) -> dict[str, str]:
-    """Golden name → the command's normalised output, every command run once, in order, in
-    one fresh store under ``tmp``."""
+CHAINS: tuple[tuple[str, ...], ...] = (
+    ("twins",),
+    ("zoo",),
+    ("dial",),
+    ("intrinsic-dim",),
+    ("lora-finetune", "lora-inspect", "lora-compare", "lora-compose", "lora-twins",
+     "lora-kernel", "learn-forget"),
+)  # fmt: skip
+"""The commands that run in one store, in order: the LoRA commands read what ``lora
+finetune`` stored (its adapters, its pretrained base); each chain runs on one pytest-xdist
+worker, the chains in parallel."""
+
+
+def run_chain(chain: tuple[str, ...], tmp: Path, variant: dict[str, str]) -> dict[str, str]:
+    """Golden name → the command's normalised output, every command of ``chain`` run once, in
+    order, in one fresh store under ``tmp``."""
     tmp.mkdir(parents=True)
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "TERM": "dumb", **variant}
     results = {}
-    for name, args in COMMANDS.items():
-        argv = [a.replace("{tmp}", str(tmp)) for a in args]
+    for name in chain:
+        argv = [a.replace("{tmp}", str(tmp)) for a in COMMANDS[name]]
         proc = subprocess.run(
             [sys.executable, "-m", "gaugelab", *argv, "--store", str(tmp / "store.sqlite")],
             capture_output=True, text=True, env=env, timeout=600, cwd=tmp,
@@ -205,28 +218,45 @@ def matches(output: str, golden: str) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def outputs(tmp_path_factory) -> dict[str, list[str]]:
     """Golden name → the command's normalised output under each variant run (the first
-    only, unless recording)."""
-    tmp = tmp_path_factory.mktemp("golden")
+    only, unless recording); each chain run when its first test asks."""
     variants = VARIANTS if os.environ.get("GAUGELAB_GOLDEN_RECORD") else VARIANTS[:1]
-    runs = [run_all(tmp / f"variant{i}", v) for i, v in enumerate(variants)]
-    if dump := os.environ.get("GAUGELAB_GOLDEN_DUMP"):  # each variant's outputs, to compare
-        for i, run in enumerate(runs):
-            for name, text in run.items():
-                (Path(dump) / f"{name}.{i}.txt").write_text(text)
-    return {name: [r[name] for r in runs] for name in COMMANDS}
+    done: dict[str, list[str]] = {}
+
+    def output(name: str) -> list[str]:
+        if name not in done:
+            chain = next(c for c in CHAINS if name in c)
+            tmp = tmp_path_factory.mktemp(f"golden-{chain[0]}")
+            runs = [run_chain(chain, tmp / f"variant{i}", v) for i, v in enumerate(variants)]
+            if dump := os.environ.get("GAUGELAB_GOLDEN_DUMP"):  # each variant's outputs
+                for i, run in enumerate(runs):
+                    for key, text in run.items():
+                        (Path(dump) / f"{key}.{i}.txt").write_text(text)
+            done.update({key: [r[key] for r in runs] for key in chain})
+        return done[name]
+
+    return output
 
 
-@pytest.mark.parametrize("name", list(COMMANDS))
+def _in_its_chain(name: str):
+    chain = next(c for c in CHAINS if name in c)
+    return pytest.param(name, marks=pytest.mark.xdist_group(f"golden:{chain[0]}"), id=name)
+
+
+@pytest.mark.parametrize("name", [_in_its_chain(name) for name in COMMANDS])
 def test_quick_form_prints_its_golden_output(outputs, name):
     path = GOLDEN / f"{name}.txt"
     if os.environ.get("GAUGELAB_GOLDEN_RECORD"):
-        path.write_text(merge(outputs[name]))
-    golden, output = path.read_text(), outputs[name][0]
+        path.write_text(merge(outputs(name)))
+    golden, output = path.read_text(), outputs(name)[0]
     if not matches(output, golden):
         assert output == golden  # pytest shows the difference
+
+
+def test_every_command_is_in_one_chain():
+    assert sorted(n for c in CHAINS for n in c) == sorted(COMMANDS)
 
 
 def test_merge_marks_what_variants_disagree_on_and_matches_honours_it():

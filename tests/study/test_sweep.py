@@ -71,6 +71,7 @@ def test_local_sweep_runs_skips_and_reports_failures(tmp_path):
     assert len(again.completed) == 0  # only the failures ran again, and failed again
 
 
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time (tests/conftest.py)
 def test_ray_executor_stores_the_same_results_as_local(tmp_path):
     try:
         import ray
