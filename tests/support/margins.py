@@ -8,6 +8,10 @@ variation (ATen kernel level, thread count), one file each, then ``python -m
 tests.support.margins DIR`` reads them all: for each quantity, its spread over the variations
 (max - min) and its room to the bound (the bound minus the worst value), and it fails unless the
 room is at least :data:`REQUIRED` times the spread.
+
+A ratio to a floor, or a round-off floor itself, varies by a factor, not by an amount:
+``log=True`` takes its spread and room in decades (``log10``), so a ratio of 270 to 300 against
+a bound of 10 is 1.4 decades of room for 0.04 of spread.
 """
 
 from __future__ import annotations
@@ -29,22 +33,23 @@ class Margins:
 
     nodeid: str
 
-    def below(self, name: str, value: float, bound: float) -> None:
-        """Assert ``value < bound`` (and record it)."""
-        self._record(name, value, bound, "below")
+    def below(self, name: str, value: float, bound: float, *, log: bool = False) -> None:
+        """Assert ``value < bound`` (and record it; ``log``: a positive quantity that varies by
+        a factor)."""
+        self._record(name, value, bound, "below", log)
         assert value < bound, f"{name}: {value!r} is not below {bound!r}"
 
-    def above(self, name: str, value: float, bound: float) -> None:
+    def above(self, name: str, value: float, bound: float, *, log: bool = False) -> None:
         """Assert ``value > bound`` (and record it)."""
-        self._record(name, value, bound, "above")
+        self._record(name, value, bound, "above", log)
         assert value > bound, f"{name}: {value!r} is not above {bound!r}"
 
-    def _record(self, name: str, value: float, bound: float, side: str) -> None:
-        if not math.isfinite(value):
-            raise AssertionError(f"{name}: measured {value!r}, not a finite number")
+    def _record(self, name: str, value: float, bound: float, side: str, log: bool) -> None:
+        if not math.isfinite(value) or (log and value <= 0):
+            raise AssertionError(f"{name}: measured {value!r}, not a finite (positive) number")
         if path := os.environ.get("GAUGELAB_MARGINS"):
             row = {"test": self.nodeid, "name": name, "value": float(value),
-                   "bound": float(bound), "side": side}  # fmt: skip
+                   "bound": float(bound), "side": side, "log": log}  # fmt: skip
             with open(path, "a") as out:
                 out.write(json.dumps(row) + "\n")
 
@@ -57,16 +62,25 @@ class Reading:
     name: str
     bound: float
     side: str
+    log: bool
     values: dict[str, float]  # variation → value
+
+    def _scaled(self) -> tuple[list[float], float]:
+        if self.log:
+            return [math.log10(v) for v in self.values.values()], math.log10(self.bound)
+        return list(self.values.values()), self.bound
 
     @property
     def spread(self) -> float:
-        return max(self.values.values()) - min(self.values.values())
+        """Max - min over the variations (in decades when ``log``)."""
+        values, _ = self._scaled()
+        return max(values) - min(values)
 
     @property
     def room(self) -> float:
-        worst = max(self.values.values()) if self.side == "below" else min(self.values.values())
-        return self.bound - worst if self.side == "below" else worst - self.bound
+        """From the worst value to the bound (in decades when ``log``)."""
+        values, bound = self._scaled()
+        return bound - max(values) if self.side == "below" else min(values) - bound
 
     @property
     def holds(self) -> bool:
@@ -85,8 +99,10 @@ def read(folder: Path) -> list[Reading]:
         for line in path.read_text().splitlines():
             row = json.loads(line)
             key = (row["test"], row["name"])
-            entry = seen.setdefault(key, {"bound": row["bound"], "side": row["side"], "v": {}})
-            if (entry["bound"], entry["side"]) != (row["bound"], row["side"]):
+            entry = seen.setdefault(key, {**row, "v": {}})
+            if (entry["bound"], entry["side"], entry["log"]) != (
+                row["bound"], row["side"], row["log"]
+            ):
                 raise ValueError(f"{key}: recorded with different bounds")
             entry["v"][path.stem] = row["value"]
     readings = []
@@ -94,7 +110,7 @@ def read(folder: Path) -> list[Reading]:
         if len(e["v"]) != len(files):
             missing = sorted({p.stem for p in files} - set(e["v"]))
             raise ValueError(f"{test} {name}: not recorded under {', '.join(missing)}")
-        readings.append(Reading(test, name, e["bound"], e["side"], e["v"]))
+        readings.append(Reading(test, name, e["bound"], e["side"], e["log"], e["v"]))
     return readings
 
 
@@ -108,7 +124,7 @@ def main(argv: list[str]) -> int:
         print(f"no threshold was recorded under {folder}", file=sys.stderr)
         return 1
     table = Table(title=f"Fixed thresholds over {len(list(folder.glob('*.jsonl')))} variations")
-    for column in ("test", "quantity", "bound", "min", "max", "spread", "room ÷ spread"):
+    for column in ("test", "quantity", "bound", "min", "max", "spread", "room ÷ spread", "scale"):
         table.add_column(column, justify="left" if column in ("test", "quantity") else "right")
     for r in sorted(readings, key=lambda r: (r.test, r.name)):
         ratio = "∞" if r.spread == 0 else f"{r.room / r.spread:.3g}"
@@ -117,6 +133,7 @@ def main(argv: list[str]) -> int:
             r.test.rsplit("::", 1)[-1][:48], r.name, f"{sign} {r.bound:.3g}",
             f"{min(r.values.values()):.4g}", f"{max(r.values.values()):.4g}",
             f"{r.spread:.2g}", ratio if r.holds else f"[red]{ratio}[/red]",
+            "decades" if r.log else "linear",
         )  # fmt: skip
     Console(width=200).print(table)
     failing = [r for r in readings if not r.holds]

@@ -67,14 +67,15 @@ def test_comparison_matches_scipy_on_the_dense_updates(study):
     assert checked == 6 and result.a == "lora r=2 seed 0" and result.b == "lora r=2 seed 1"
 
 
-def test_an_adapter_compared_with_itself_is_identical_on_both_sides(study):
+def test_an_adapter_compared_with_itself_is_identical_on_both_sides(study, margin):
     result = compare_lora("lora r=2", "lora r=2", store=study, study="main")
     for m in result.modules:
         for side in ("row", "column"):
             c = getattr(m, side)
             assert c["min_rank_overlap"] == pytest.approx(1.0, abs=1e-9)
             assert c["projector_squared"] == pytest.approx(0.0, abs=1e-9)
-            assert max(c["angles"]) < 1e-4  # float32 factors, float64 comparison
+            # float32 factors, float64 comparison
+            margin.below(f"{m.module} {side} angle", max(c["angles"]), 1e-4)
         assert m.phi_row[0][0] == pytest.approx(1.0, abs=1e-9)
 
 

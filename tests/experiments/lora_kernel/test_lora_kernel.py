@@ -60,7 +60,8 @@ def test_every_path_is_diagnosed_at_the_same_checkpoints(study):
             first = rows[0]  # θ_t = θ_0: the diagnostics are exact
             assert (first["r_lin"], first["d_j"], first["d_k"], first["a_k"]) == (0, 0, 0, 1)
         starts = {rows[0]["target"] for rows in run.data["paths"].values()}
-        assert max(starts) - min(starts) < 1e-6  # one model at step 0, one probe, one batch set
+        spread = max(starts) - min(starts)  # one model at step 0, one probe, one batch set
+        assert spread < 1e-6, spread
         assert run.data["axes"]["order"] == "example_then_output"
         assert run.data["axes"]["forward_mode"] == "plain attention"
         assert "NotImplementedError" in run.data["axes"]["fallback"]
@@ -68,7 +69,7 @@ def test_every_path_is_diagnosed_at_the_same_checkpoints(study):
     assert trainable["nonlinear"] == trainable["linearized"] > trainable["fixed-features"]
 
 
-def test_one_sgd_step_from_b_zero_is_the_same_on_every_path(study):
+def test_one_sgd_step_from_b_zero_is_the_same_on_every_path(study, margin):
     # ∇_A L = s Bᵀ (∂L/∂Y) Xᵀ = 0 at B = 0 in every layer, and ∇_B L = J_0ᵀ g_F on every path
     _, outcome = study
     gd = outcome.result.runs[0].data["paths"]
@@ -82,7 +83,8 @@ def test_one_sgd_step_from_b_zero_is_the_same_on_every_path(study):
     assert at1["nonlinear"]["r_lin"] > 0  # the tangent step is not exact on a deep model
     # later the paths separate (A moves only on the nonlinear path)
     last = {p: rows[-1]["distance"] for p, rows in gd.items()}
-    assert abs(last["linearized"] - last["nonlinear"]) > 1e-6
+    margin.above("linearized vs nonlinear, last step", abs(last["linearized"] - last["nonlinear"]),
+                 1e-6, log=True)  # fmt: skip
 
 
 def test_stored_residual_is_recomputed_from_the_stored_factors(study):

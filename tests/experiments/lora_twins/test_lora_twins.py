@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gaugelab.equivariance.verdicts import BASIS_SENSITIVE, EQUIVARIANT
+from gaugelab.equivariance.verdicts import BASIS_SENSITIVE, EQUIVARIANT, INCONCLUSIVE
 from gaugelab.experiments.lora_twins.run import (
     LORA_TWIN_OPTIMIZERS,
     TWIN_NAMES,
@@ -37,7 +37,7 @@ def rows(outcome):
     return {r.optimizer: r for r in outcome.result.rows}
 
 
-def test_every_optimizer_completes_and_the_identity_twin_stays_exactly_at_the_base(study):
+def test_every_optimizer_completes_and_the_identity_twin_stays_exactly_at_the_base(study, margin):
     _, outcome = study
     by = rows(outcome)
     assert sorted(by) == sorted(LORA_TWIN_OPTIMIZERS) and not outcome.result.failures
@@ -46,7 +46,9 @@ def test_every_optimizer_completes_and_the_identity_twin_stays_exactly_at_the_ba
         assert steps == [0, 1, 2, 6] and values == [0.0, 0.0, 0.0, 0.0]
         assert r.at("identity/update_distance", 6) == 0.0
         assert r.at("scalar/logit_distance", 0) == 0.0  # c = 2: (2B)(A/2) is exact
-        assert 0 < r.at("gauge/logit_distance", 0) < 1e-6  # GL: float32 round-off only
+        gauge0 = r.at("gauge/logit_distance", 0)
+        assert gauge0 > 0
+        margin.below(f"{r.optimizer} gauge step 0", gauge0, 1e-6, log=True)  # float32 round-off
 
 
 def test_compensated_sgd_keeps_the_scalar_twin_exact_and_plain_sgd_does_not(study):
@@ -58,19 +60,42 @@ def test_compensated_sgd_keeps_the_scalar_twin_exact_and_plain_sgd_does_not(stud
     assert compensated.verdicts["gauge"][0] == BASIS_SENSITIVE  # no rate compensates GL(r)
 
 
-def test_undamped_scaled_gd_is_at_the_noise_floor_and_adam_splits_at_step_one(study):
+def test_undamped_scaled_gd_is_at_the_noise_floor_and_adam_splits_at_step_one(study, margin):
     by = rows(study[1])
     scaled = by["scaled-gd"]
-    assert scaled.verdicts["gauge"][0] == EQUIVARIANT
-    assert scaled.at("gauge/logit_distance", 1) <= 10 * scaled.at("noise/logit_distance", 1)
-    # the angle's floor is the noise twin's angle in the same run (here 0.0101 against the gauge
-    # twin's 0.0118; a fixed bound of 1e-2 failed on another CPU), and ×10 is the verdict rule's
-    assert scaled.at("gauge/angle_max", 1) <= 10 * scaled.at("noise/angle_max", 1)
+
+    def ratio(r, metric, step):
+        return r.at(f"gauge/{metric}", step) / r.at(f"noise/{metric}", step)
+
+    # the angle's floor is the noise twin's angle in the same run (0.0101 against the gauge
+    # twin's 0.0118 here; a fixed bound of 1e-2 failed on another CPU); ×10 is the verdict rule
+    for metric in ("logit_distance", "angle_max"):
+        value = ratio(scaled, metric, 1)
+        margin.below(f"scaled-gd gauge ÷ noise {metric} step 1", value, 10, log=True)
+    # later checkpoints are float32 round-off amplified by the gauge's conditioning: ratios of
+    # 3 to 30 by CPU, so the float32 verdict reads equivariant or inconclusive (never
+    # basis-sensitive); the float64 test below makes the equivariance claim
+    assert scaled.verdicts["gauge"][0] in (EQUIVARIANT, INCONCLUSIVE)
     for name in ("adam", "scalar-adam"):
-        assert by[name].at("gauge/angle_max", 1) > 10 * by[name].at("noise/angle_max", 1)
+        for metric, bound in (("angle_max", 10), ("logit_distance", 100)):
+            value = ratio(by[name], metric, 1)
+            margin.above(f"{name} gauge ÷ noise {metric} step 1", value, bound, log=True)
         assert by[name].verdicts["gauge"][0] == BASIS_SENSITIVE
         assert by[name].verdicts["scalar"][0] == BASIS_SENSITIVE
-        assert by[name].at("gauge/logit_distance", 1) > 100 * by[name].at("noise/logit_distance", 1)
+
+
+def test_in_float64_the_scaled_gd_gauge_twin_sits_at_round_off_far_below_its_noise_twin(
+    tmp_path, margin
+):
+    spec = quick_twin_spec(pretrain={"dtype": "float64"})
+    outcome = run_lora_twins(spec, ["scaled-gd"], store=tmp_path / "s.sqlite", write_report=False)
+    (scaled,) = outcome.result.rows
+    for step in (1, 2, 6):  # measured 2e-16 to 1.6e-15 (ATen default and avx2 kernels)
+        gauge, noise = (scaled.at(f"{t}/logit_distance", step) for t in ("gauge", "noise"))
+        margin.below(f"gauge step {step}", gauge, 1e-12, log=True)
+        margin.above(f"noise step {step}", noise, 1e-8, log=True)
+    assert scaled.verdicts["gauge"][0] == EQUIVARIANT
+    assert scaled.verdicts["scalar"][0] == EQUIVARIANT
 
 
 def test_the_base_adapters_factor_diagnostics_are_logged_at_every_checkpoint(study):
@@ -220,7 +245,7 @@ def test_the_finetune_loop_logs_factor_diagnostics_only_when_given_a_factor_log(
     assert lr == pytest.approx(1e-2 * lr_factor(1, 4, 0), rel=1e-12)
 
 
-def test_the_summary_puts_the_noise_twins_angle_beside_the_gauge_twins(study):
+def test_the_summary_puts_the_noise_twins_angle_beside_the_gauge_twins(study, margin):
     result = study[1].result
     table = tables(result)[0]
     column = table.columns.index("noise angle (rad)")
@@ -229,7 +254,8 @@ def test_the_summary_puts_the_noise_twins_angle_beside_the_gauge_twins(study):
     for cells in table.rows:
         r = by[cells[0]]
         assert cells[column] == r.at("noise/angle_max", 6)  # the same measurement, noise twin
-        assert 0 < cells[column] < 0.1  # a 1e-7 perturbation: a small but nonzero floor
+        assert cells[column] > 0  # a 1e-7 perturbation: a small but nonzero floor
+        margin.below(f"{cells[0]} noise angle step 6", cells[column], 0.1, log=True)
     for name in ("adam", "scalar-adam"):  # basis-sensitive: far above the floor
         assert by[name].at("gauge/angle_max", 6) > 100 * by[name].at("noise/angle_max", 6)
     compensated = by["sgd-compensated"]  # exact scalar twin: below the floor
