@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # torch is pinned here (a CPU build of this exact version lies on disk); pyproject states the range.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: demo test test-fast bench lint install install-test browser compiler clean
+.PHONY: demo test test-fast portability bench lint install install-test browser compiler clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,9 +39,16 @@ demo: install
 lint: install-test
 	$(BIN)/ruff check src tests benchmarks
 
+# The full suite on pytest-xdist (one worker per core), then the fixed thresholds on measured
+# floats under two more CPU variations (tests/portability.sh --quick).
 test: install-test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
+	PYTHON=$(BIN)/python tests/portability.sh --quick
+
+# The thresholds under all six variations (ATen kernels default/avx2/native × 1, 2 threads).
+portability: install-test
+	PYTHON=$(BIN)/python tests/portability.sh
 
 # The edit-test loop (about a minute on 2 cores): the unit layers, the layer check and the CLI's
 # option parsing. `make test` stays the full suite, and is what .ci/run calls.

@@ -8,10 +8,12 @@
 #   tests/portability.sh --quick   the two extremes, `default` on 1 thread and the CPU's own on
 #                                  2: what `make test` runs
 #
-# Extra arguments go to pytest (e.g. `-k lora_twins`). PYTHON picks the interpreter.
+# Two variations run at a time (JOBS=…); their results do not depend on the load, only their
+# time. Extra arguments go to pytest (e.g. `-k lora_twins`). PYTHON picks the interpreter.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
+JOBS=${JOBS:-2}
 variations=(default:1 avx2:1 native:1 default:2 avx2:2 native:2)
 if [[ ${1:-} == --quick ]]; then
     variations=(default:1 native:2)
@@ -19,10 +21,10 @@ if [[ ${1:-} == --quick ]]; then
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-for variation in "${variations[@]}"; do
-    kernels=${variation%:*}
-    threads=${variation#*:}
-    echo "portability: ATen kernels ${kernels}, ${threads} thread(s)"
+
+run_variation() {  # kernels threads [pytest args…]
+    local kernels=$1 threads=$2
+    shift 2
     if [[ $kernels == native ]]; then
         unset ATEN_CPU_CAPABILITY
     else
@@ -30,5 +32,24 @@ for variation in "${variations[@]}"; do
     fi
     GAUGELAB_TEST_THREADS=$threads GAUGELAB_MARGINS="$out/$kernels-${threads}t.jsonl" \
         "$PYTHON" -m pytest -m portability -n 0 -p no:cacheprovider "$@"
+}
+
+for variation in "${variations[@]}"; do
+    name=${variation%:*}-${variation#*:}t
+    (
+        status=0
+        run_variation "${variation%:*}" "${variation#*:}" "$@" > "$out/$name.log" 2>&1 || status=$?
+        echo "$status" > "$out/$name.status"
+    ) &
+    while (( $(jobs -rp | wc -l) >= JOBS )); do wait -n || true; done
 done
+wait
+failed=0
+for variation in "${variations[@]}"; do
+    name=${variation%:*}-${variation#*:}t
+    echo "portability: ATen kernels ${variation%:*}, ${variation#*:} thread(s)"
+    tail -n 30 "$out/$name.log"
+    [[ $(cat "$out/$name.status") == 0 ]] || failed=1
+done
+(( failed == 0 )) || { echo "portability: a variation failed (above)" >&2; exit 1; }
 "$PYTHON" -m tests.support.margins "$out"

@@ -12,7 +12,7 @@ import pytest
 
 from gaugelab.study.store.db import RunStore
 
-TWINS = ("twins", "--steps", "30", "--optimizers", "adam,scalar-adam")  # in this process
+TWINS = ("twins", "--steps", "15", "--optimizers", "adam,scalar-adam")  # in this process
 ZOO = (  # on a pool of two workers
     *("zoo", "--size", "8", "--rank", "2", "--steps", "200", "--seeds", "42"),
     *("--rules", "gd,adam", "--no-convex", "--max-workers", "2"),

@@ -88,7 +88,10 @@ def test_compile_without_a_cxx_compiler_is_a_clear_error(tmp_path):
 
 def test_the_text_task_defaults_to_the_packaged_tiny_shakespeare(tmp_path):
     store = tmp_path / "s.sqlite"
-    result = invoke("--task", "text", "--steps", "1", "--optimizers", "adam", "--store", store)
+    result = invoke(
+        *("--task", "text", "--steps", "1", "--batch-size", "2", "--optimizers", "adam"),
+        *("--store", store),
+    )
     assert result.exit_code == 0, result.output
     assert "adam" in result.output and "report:" in result.output
     from gaugelab.study.store.db import RunStore

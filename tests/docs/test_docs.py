@@ -11,7 +11,8 @@ earlier one wrote); under ``pytest -n`` the pages spread over the workers.
 * A line ``make TARGET ...`` is checked with ``make -n`` in the repository (the target must exist);
   the ``gaugelab`` commands of its recipe run as above, its other recipe lines (installs, ruff,
   pytest) do not run.
-* A ``python`` block runs as a script in a subprocess; its line numbers are the page's.
+* A ``python`` block runs as a script in a subprocess; its line numbers are the page's, and
+  the texts in :data:`PYTHON_REDUCTIONS` are replaced by smaller ones.
 
 A block opts out only with the line ``<!-- docs-test: skip (reason) -->`` immediately before
 its opening fence; it is then not collected as a test, and ``test_every_block_left_out_says_why``
@@ -67,7 +68,11 @@ class Option:
 
 
 REDUCTIONS: dict[str, tuple[Option, ...]] = {
-    "twins": (Option("--steps", "2"), Option("--optimizers", "adam", keep_given=True)),
+    "twins": (
+        Option("--steps", "2"),
+        Option("--optimizers", "adam", keep_given=True),
+        Option("--batch-size", "2"),  # the text task's batches (and its validation batches)
+    ),
     "zoo": (
         Option("--steps", "50"),
         Option("--seeds", "42"),
@@ -83,6 +88,10 @@ REDUCTIONS: dict[str, tuple[Option, ...]] = {
     "learn-forget": (Option("--quick", removes=("--no-quick",)),),
 }
 """Command → the options that shrink it. Every other command runs as the page shows it."""
+
+PYTHON_REDUCTIONS: dict[str, str] = {"steps=2000": "steps=50"}
+"""Text of a ``python`` block → what the test runs instead (the zoo and dial at the sh lines'
+``--steps 50``); the page keeps the protocol's size."""
 
 
 @dataclass(frozen=True)
@@ -331,8 +340,11 @@ def run_block(block: Block, folder: Path) -> Outcome:
     try:
         if block.lang == "python":
             script = folder / f"docs_block_{block.line}.py"
-            script.write_text("\n" * block.line + block.code, encoding="utf-8")
-            argv, shown = [sys.executable, str(script)], block.code
+            code = block.code
+            for text, smaller in PYTHON_REDUCTIONS.items():
+                code = code.replace(text, smaller)
+            script.write_text("\n" * block.line + code, encoding="utf-8")
+            argv, shown = [sys.executable, str(script)], code
         else:
             shown, not_run = shell_script(block.code, folder / "gaugelab-runs" / "store.sqlite")
             argv = ["bash", "-c", shown]
@@ -423,6 +435,10 @@ def _page_group(block: Block):
 @pytest.mark.parametrize("block", [_page_group(b) for b in BLOCKS if b.skip is None])
 def test_docs_block_runs(block, pages):
     outcome = pages.outcome(block)
+    if os.environ.get("GAUGELAB_DOCS_TIMES"):
+        for b in BLOCKS:
+            if b.page == block.page and b in pages.done and b.line >= block.line:
+                print(f"TIME {pages.done[b].seconds:6.1f} s {b.where}", flush=True)
     for line in outcome.not_run:
         print(f"{block.where}: not run by the docs test: {line}")
     assert outcome.ok, outcome.message
@@ -443,6 +459,11 @@ def test_every_page_is_collected_and_has_a_runnable_block():
     assert REPO / "README.md" in PAGES
     runnable = {b.page for b in BLOCKS if b.skip is None}
     assert REPO / "README.md" in runnable
+
+
+def test_python_reductions_apply_to_some_block():
+    for text in PYTHON_REDUCTIONS:
+        assert any(text in b.code for b in BLOCKS if b.lang == "python"), text
 
 
 def test_reductions_name_existing_commands_and_options():

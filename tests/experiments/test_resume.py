@@ -16,7 +16,7 @@ from gaugelab.study.store.db import RunStore
 
 TWINS = """
 from gaugelab.experiments.twins.run import TwinSpec, run_twins_study
-base = TwinSpec(steps=60, checkpoints=tuple(range(0, 61, 5)))
+base = TwinSpec(steps=20, checkpoints=tuple(range(0, 21, 5)))
 out = run_twins_study(["adam"], base=base, store={store!r}, write_report=False)
 print("RESUMED", *out.sweep.resumed.values())
 print("FAILED", len(out.result.failures))
@@ -24,7 +24,7 @@ print("FAILED", len(out.result.failures))
 
 ZOO = """
 from gaugelab.experiments.sensing.zoo import ZooSpec, run_zoo
-spec = ZooSpec(rules=("adam",), seeds=(42,), steps=16000, check_every=100, convex=False,
+spec = ZooSpec(rules=("adam",), seeds=(42,), steps=3000, check_every=20, convex=False,
                interpolation_loss=1e-30)
 out = run_zoo(spec, store={store!r}, write_report=False)
 print("RESUMED", *out.sweep.resumed.values())
