@@ -37,6 +37,7 @@ def _table_lines(output: str) -> list[list[str]]:
     return [[c.strip() for c in row.split("│")] for row in rows if "│" in row]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [TWINS, ZOO], ids=["twins", "zoo"])
 def test_two_identical_commands_train_each_run_once_and_print_the_same_table(tmp_path, args):
     shared, alone = tmp_path / "shared" / "store.sqlite", tmp_path / "alone" / "store.sqlite"

@@ -105,6 +105,7 @@ def _interrupt(proc: subprocess.Popen) -> tuple[str, str, float]:
     return stdout, stderr, time.monotonic() - sent
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_completed_run_cancels_the_running_one_and_exits_130(tmp_path):
     store = tmp_path / "store.sqlite"
     args = ("twins", "--steps", "40", "--optimizers", "adam,scalar-adam", "--store", str(store))
@@ -129,6 +130,7 @@ def test_ctrl_c_keeps_the_completed_run_cancels_the_running_one_and_exits_130(tm
     assert _terminations(store) == [("cancelled", "completed"), ("completed",)]
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_pool_workers_and_records_their_runs_cancelled(tmp_path):
     store = tmp_path / "store.sqlite"
     proc = _start(
@@ -150,6 +152,7 @@ def test_ctrl_c_stops_pool_workers_and_records_their_runs_cancelled(tmp_path):
     _assert_nothing_left(proc)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("ray")  # one Ray cluster at a time (tests/conftest.py)
 @pytest.mark.parametrize(
     ("args", "code"),

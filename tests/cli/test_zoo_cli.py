@@ -134,6 +134,7 @@ def _values(store):
         }
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("ray")  # one Ray cluster at a time (tests/conftest.py)
 def test_zoo_and_dial_on_a_local_ray_store_what_local_workers_store(tmp_path):
     try:

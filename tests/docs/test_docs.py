@@ -432,6 +432,7 @@ def _page_group(block: Block):
     return pytest.param(block, marks=group, id=block.where)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", [_page_group(b) for b in BLOCKS if b.skip is None])
 def test_docs_block_runs(block, pages):
     outcome = pages.outcome(block)

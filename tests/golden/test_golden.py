@@ -245,6 +245,7 @@ def _in_its_chain(name: str):
     return pytest.param(name, marks=pytest.mark.xdist_group(f"golden:{chain[0]}"), id=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [_in_its_chain(name) for name in COMMANDS])
 def test_quick_form_prints_its_golden_output(outputs, name):
     path = GOLDEN / f"{name}.txt"

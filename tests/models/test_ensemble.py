@@ -302,6 +302,7 @@ def test_bad_ensembles_raise():
         Ensemble([a])(torch.zeros(2, 9, dtype=torch.long))
 
 
+@pytest.mark.slow
 def test_compiled_ensemble_matches_eager_and_keeps_identical_members_bitwise():
     """torch.compile path: float64 agreement with separate models; identical members stay
     bitwise identical under deterministic algorithms (the twin protocol's identity twin)."""

@@ -71,6 +71,7 @@ def test_local_sweep_runs_skips_and_reports_failures(tmp_path):
     assert len(again.completed) == 0  # only the failures ran again, and failed again
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("ray")  # one Ray cluster at a time (tests/conftest.py)
 def test_ray_executor_stores_the_same_results_as_local(tmp_path):
     try:
@@ -293,6 +294,7 @@ def _driver(store: str) -> None:
     run_sweep(sweep, store=store, max_workers=2)
 
 
+@pytest.mark.slow
 def test_pool_workers_stop_their_runs_when_the_driver_is_killed(tmp_path):
     store = tmp_path / "store.sqlite"
     ctx = multiprocessing.get_context("spawn")

@@ -73,6 +73,7 @@ def test_the_same_spec_reproduces_the_same_numbers(adam):
     assert again.records == adam.records
 
 
+@pytest.mark.slow
 def test_a_compiled_run_keeps_the_triplet_and_agrees_with_eager_to_round_off(adam):
     compiled = run_twins(TwinSpec(optimizer="adam", compile=True, **SHORT))
     for step, metrics in compiled.records.items():
