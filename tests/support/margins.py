@@ -91,26 +91,24 @@ def read(folder: Path) -> list[Reading]:
     """Every quantity recorded under ``folder`` (one ``<variation>.jsonl`` per variation).
 
     Raises:
-        ValueError: a quantity recorded with different bounds, or not in every variation.
+        ValueError: a quantity recorded on two scales, or not in every variation.
     """
     files = sorted(folder.glob("*.jsonl"))
-    seen: dict[tuple[str, str], dict] = {}
+    seen: dict[tuple, dict] = {}
     for path in files:
         for line in path.read_text().splitlines():
             row = json.loads(line)
-            key = (row["test"], row["name"])
+            key = (row["test"], row["name"], row["side"], row["bound"])  # a window: two bounds
             entry = seen.setdefault(key, {**row, "v": {}})
-            if (entry["bound"], entry["side"], entry["log"]) != (
-                row["bound"], row["side"], row["log"]
-            ):
-                raise ValueError(f"{key}: recorded with different bounds")
+            if entry["log"] != row["log"]:
+                raise ValueError(f"{key}: recorded on two scales")
             entry["v"][path.stem] = row["value"]
     readings = []
-    for (test, name), e in seen.items():
+    for (test, name, side, bound), e in seen.items():
         if len(e["v"]) != len(files):
             missing = sorted({p.stem for p in files} - set(e["v"]))
             raise ValueError(f"{test} {name}: not recorded under {', '.join(missing)}")
-        readings.append(Reading(test, name, e["bound"], e["side"], e["log"], e["v"]))
+        readings.append(Reading(test, name, bound, side, e["log"], e["v"]))
     return readings
 
 

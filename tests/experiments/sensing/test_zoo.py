@@ -127,9 +127,9 @@ def reduced(tmp_path_factory):
 def test_reduced_zoo_orders_equivariant_rules_before_coordinatewise_ones(reduced, margin):
     _, _, result, _ = reduced
     rec = {row.rule: row.mean_recovery for row in result.rows}
-    margin.below("muon recovery, at 1e-3", rec["muon"], 1e-3, log=True)  # measured 1e-4
+    margin.below("muon recovery", rec["muon"], 1e-3, log=True)  # measured 1e-4
     for rule in ("gd", "scalar-adam", "muon"):
-        margin.below(f"{rule} recovery, at 0.05", rec[rule], 0.05)  # measured ≤ 0.028
+        margin.below(f"{rule} recovery", rec[rule], 0.05)  # measured ≤ 0.028
     for rule in ("adam", "rmsprop", "adafactor"):
         margin.above(f"{rule} recovery", rec[rule], 0.1)  # measured ≥ 0.134
     assert rec["scalar-adam"] < rec["adam"]  # the shared scalar removes the basis dependence
@@ -145,7 +145,8 @@ def test_the_convex_row_is_the_nuclear_norm_solution(reduced, margin):
     assert len(result.convex.recovery) == 2  # one solve per seed
     for seed, (recovery, loss) in enumerate(zip(result.convex.recovery, result.convex.loss,
                                                 strict=True)):  # fmt: skip
-        margin.below(f"convex recovery, seed {seed}", recovery, 1e-6, log=True)  # exact recovery
+        # exact recovery: the solver's tolerance, measured 5.6e-8 to 7.8e-8 over the CPU variations
+        margin.below(f"convex recovery, seed {seed}", recovery, 1e-6)
         margin.below(f"convex loss, seed {seed}", loss, 1e-10, log=True)  # the measurements hold
 
 
