@@ -52,7 +52,7 @@ def _budget(steps: int | None, seeds: str | None, quick: bool, base: dict) -> di
     return {
         "steps": steps if steps is not None else (QUICK_STEPS if quick else base["steps"]),
         "seeds": comma_separated(seeds, "--seeds")
-        if seeds
+        if seeds is not None
         else (QUICK_SEEDS if quick else base["seeds"]),
     }
 
@@ -224,8 +224,8 @@ def dial(
     try:
         base = _sensing_dial.DialSpec().model_dump()
         spec = _sensing_dial.DialSpec(
-            ps=comma_separated(ps, "--ps", float) if ps else base["ps"],
-            lrs=comma_separated(lrs, "--lrs", float) if lrs else base["lrs"],
+            ps=comma_separated(ps, "--ps", float) if ps is not None else base["ps"],
+            lrs=comma_separated(lrs, "--lrs", float) if lrs is not None else base["lrs"],
             mean=mean,
             n=size,
             rank=rank,

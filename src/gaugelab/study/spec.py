@@ -14,6 +14,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
@@ -43,6 +44,10 @@ __all__ = [
 ]
 
 _KIND = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+_SEED_PATH = re.compile(r"seeds?(\.|$)")
+SEED_LIMIT = 2**63
+"""Seeds lie in ``[0, SEED_LIMIT)``: what a 64-bit signed integer holds, as torch's generators
+and the store's SQLite integers take it."""
 _SET_ORIGINS = (set, frozenset, Set, MutableSet)
 
 
@@ -81,6 +86,24 @@ def run_identity(kind: str, spec: Mapping[str, Any], version: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _numbers(where: str, value: Any) -> typing.Iterator[tuple[str, int | float]]:
+    """Every int and float in ``value`` (tuples, lists, mappings and nested models walked),
+    each with the field path it sits at (``lr_grids.adam``)."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        yield where, value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _numbers(f"{where}.{name}", getattr(value, name))
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _numbers(f"{where}.{key}", item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _numbers(where, item)
+
+
 def _set_typed(annotation: object, seen: set[type]) -> bool:
     """Whether ``annotation`` contains a set type (whose JSON order depends on string hashing)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -110,11 +133,17 @@ class ExperimentSpec(BaseModel):
     dict field can still be mutated in place, which would change the identity. Set-typed fields
     are rejected (their JSON order depends on string hashing, which differs between processes).
 
+    Every float in a spec, at any depth, must be finite, and every seed (an int field whose
+    name ends in ``seed``, or the ints of a field whose name ends in ``seeds``) must lie in
+    ``[0, SEED_LIMIT)``: a spec that could only fail, or overflow, is refused at construction,
+    before any run is registered.
+
     Raises:
         TypeError: (at class definition) a field without a description, a set-typed field, or
             a ``kind`` that is not a kebab-case string.
         pydantic.ValidationError: (a ``ValueError``) at construction, for unknown or invalid
-            fields; on attribute assignment, since specs are frozen.
+            fields (``lr=inf; allowed: a finite number``, ``seeds=-1; allowed: …``); on
+            attribute assignment, since specs are frozen.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
@@ -141,6 +170,18 @@ class ExperimentSpec(BaseModel):
                     f"{cls.__name__}: field {name!r} is set-typed; use a sorted tuple instead "
                     "(set order in JSON is not stable across processes)"
                 )
+
+    @model_validator(mode="after")
+    def _finite_and_seeds_in_range(self) -> ExperimentSpec:
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            for where, number in _numbers(name, value):
+                if isinstance(number, float) and not math.isfinite(number):
+                    raise ValueError(f"{where}={number!r}; allowed: a finite number")
+                seedlike = isinstance(number, int) and _SEED_PATH.search(where)
+                if seedlike and not 0 <= number < SEED_LIMIT:
+                    raise ValueError(f"{where}={number}; allowed: an integer in [0, 2**63)")
+        return self
 
     def execute(self, run: Any) -> None:
         """Train one run of this spec: the declared ``trainer(self, run)``.

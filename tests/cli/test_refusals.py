@@ -1,0 +1,76 @@
+"""Values a run could only fail on are refused before the store is touched: one line naming the
+option, exit code 2, no store file written (so no failed run is left behind)."""
+
+from typing import ClassVar
+
+import pytest
+from pydantic import BaseModel, Field
+from typer.testing import CliRunner
+
+from gaugelab.cli.app import app
+from gaugelab.experiments.lora.spec import FinetuneSpec
+from gaugelab.experiments.sensing.zoo import ZooSpec
+from gaugelab.study.spec import ExperimentSpec
+
+runner = CliRunner()
+
+
+class Inner(BaseModel):
+    scale: float = 1.0
+    data_seed: int = 0
+
+
+class Nested(ExperimentSpec):
+    kind: ClassVar[str] = "nested"
+    grids: dict[str, tuple[float, ...]] = Field({}, description="Per-rule grids.")
+    inner: Inner = Field(Inner(), description="A nested record.")
+    seeds: dict[str, int] = Field({}, description="Seeds by role.")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("lora", "finetune", "--quick", "--lr", "inf"), "--lr inf; allowed: a finite number"),
+        (("lora", "finetune", "--quick", "--alpha-ratio", "inf"),
+         "--alpha-ratio inf; allowed: a finite number"),
+        (("lora", "finetune", "--quick", "--seeds="),
+         "--seeds is empty; allowed: comma-separated integers"),
+        (("zoo", "--quick", "--init-scale", "inf"), "--init-scale inf; allowed: a finite number"),
+        (("zoo", "--quick", "--seeds", str(2**64)),
+         f"--seeds {2**64}; allowed: an integer in [0, 2**63)"),
+        (("zoo", "--quick", "--seeds="), "--seeds is empty; allowed: comma-separated integers"),
+        (("dial", "--quick", "--ps="), "--ps is empty; allowed: comma-separated numbers"),
+        (("dial", "--quick", "--lrs="), "--lrs is empty; allowed: comma-separated numbers"),
+        (("intrinsic-dim", "--quick", "--seeds="),
+         "--seeds is empty; allowed: comma-separated integers"),
+    ],
+)  # fmt: skip
+def test_a_value_no_run_could_use_is_refused_before_the_store_exists(tmp_path, args, expected):
+    store = tmp_path / "runs.sqlite"
+    result = runner.invoke(app, [*args, "--store", str(store)], env={"COLUMNS": "250"})
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == f"error: {expected}"
+    assert not store.exists()
+
+
+@pytest.mark.parametrize(
+    ("spec", "fields", "message"),
+    [
+        (Nested, {"grids": {"adam": (0.1, float("inf"))}}, "grids.adam=inf"),
+        (Nested, {"inner": Inner(scale=float("-inf"))}, "inner.scale=-inf"),
+        (Nested, {"inner": Inner(data_seed=2**63)}, f"inner.data_seed={2**63}"),
+        (Nested, {"seeds": {"init": -2}}, "seeds.init=-2"),
+        (ZooSpec, {"seeds": (0, 2**63)}, f"seeds={2**63}"),
+        (FinetuneSpec, {"seeds": (-1,)}, "seeds=-1"),
+    ],
+)
+def test_every_spec_refuses_non_finite_floats_and_seeds_beyond_64_bits_at_any_depth(
+    spec, fields, message
+):
+    with pytest.raises(ValueError) as error:
+        spec(**fields)
+    assert message in str(error.value)
+
+
+def test_the_largest_64_bit_seed_and_zero_are_accepted():
+    assert ZooSpec(seeds=(0, 2**63 - 1)).seeds == (0, 2**63 - 1)
