@@ -228,3 +228,47 @@ def test_rebalance_rejects_bad_shapes_a_singular_element_and_an_unknown_policy()
         rebalance_factors(B, A, torch.zeros(3, 3, dtype=F64))
     with pytest.raises(ValueError, match="state"):
         rebalance_factors(B, A, torch.eye(3, dtype=F64), state="keep")
+
+
+def adam_trained(seed, steps=2):
+    """Factors and a foreign optimizer (torch.optim.Adam) holding moments of them."""
+    B, A, X = factors(seed)
+    opt = torch.optim.Adam([B, A], lr=0.01)
+    train(opt, B, A, X, steps)
+    return B, A, X, opt
+
+
+def test_seed_0x08J_a_foreign_optimizers_moments_are_reset_on_request():
+    # §0x08J: "optimizer moments must also be transformed or reset"; torch's Adam declares no
+    # state geometry, so its moments cannot be transformed: reset is the one choice left
+    B, A, X, opt = adam_trained(7)
+    product = (B @ A).detach().clone()
+    G = GeneralLinear(3).sample(torch.Generator().manual_seed(8), F64)
+    record = rebalance_factors(B, A, G, opt, foreign_state="reset")
+    assert record.state == "reset" and "Adam declares no state geometry" in record.reason
+    assert opt.state[B] == {} and opt.state[A] == {}  # no stale moment survives
+    torch.testing.assert_close((B @ A).detach(), product, rtol=0, atol=1e-11)  # B G · G⁻¹ A
+    assert record.product_change < 1e-11
+    train(opt, B, A, X, 1)  # Adam restarts its moments from zero
+    assert int(opt.state[B]["step"]) == 1 and int(opt.state[A]["step"]) == 1
+    B, A, _, opt = adam_trained(7)  # state="reset" clears a foreign state as well
+    assert rebalance_factors(B, A, G, opt, state="reset").state == "reset"
+    assert opt.state[B] == {} and opt.state[A] == {}
+
+
+def test_seed_0x08J_a_foreign_optimizer_is_refused_by_default_naming_it_and_the_choices():
+    B, A, _, opt = adam_trained(9)
+    before = (B.detach().clone(), A.detach().clone(), opt.state[B]["exp_avg"].clone())
+    G = GeneralLinear(3).sample(torch.Generator().manual_seed(10), F64)
+    for kwargs in ({}, {"state": "transform", "foreign_state": "reset"}):
+        with pytest.raises(ValueError, match=r"Adam declares no state geometry") as info:
+            rebalance_factors(B, A, G, opt, **kwargs)
+        assert "foreign_state='reset'" in str(info.value) and "'raise'" in str(info.value)
+        assert "state='reset'" in str(info.value)
+    assert torch.equal(B.detach(), before[0]) and torch.equal(A.detach(), before[1])
+    assert torch.equal(opt.state[B]["exp_avg"], before[2])  # nothing was modified
+    with pytest.raises(ValueError, match="foreign_state='keep'; allowed: raise, reset"):
+        rebalance_factors(B, A, G, opt, foreign_state="keep")
+    fresh_B, fresh_A, _ = factors(11)  # no moments yet: nothing can be stale
+    fresh = torch.optim.Adam([fresh_B, fresh_A], lr=0.01)
+    assert rebalance_factors(fresh_B, fresh_A, G, fresh).state == "none"

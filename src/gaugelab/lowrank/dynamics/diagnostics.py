@@ -33,10 +33,16 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from gaugelab.lowrank.dynamics.rebalance import STATE_POLICIES, Rebalance, rebalance_factors
+from gaugelab.lowrank.dynamics.rebalance import (
+    FOREIGN_STATE_POLICIES,
+    STATE_POLICIES,
+    Rebalance,
+    rebalance_factors,
+)
 from gaugelab.lowrank.spectra.ranks import numerical_rank, spectrum
 
 __all__ = [
+    "FOREIGN_STATE_POLICIES",
     "STATE_POLICIES",
     "FactorDiagnostics",
     "Rebalance",
