@@ -228,7 +228,14 @@ def test_the_finetune_loop_logs_factor_diagnostics_only_when_given_a_factor_log(
     loop = Loop(4, 0, 2, 2, 100, ("/seed=0", "/seed=1"), "t")
     log = FactorLog(2.0, members={0: "/seed=0", 1: "/seed=1"}, every=2) if diagnostics else None
     run = _Run()
-    train_members(ensemble, opt, streams, corpus, "target", val, loop, run, diagnostics=log)
+    B = ensemble.stacked_parameters()["blocks.0.attn.q_proj.lora_B"]
+    norms = {0: float(B[1].detach().double().norm())}  # ‖B‖ of seed 1 after each update
+
+    def after(t):
+        norms[t] = float(B[1].detach().double().norm())
+
+    train_members(ensemble, opt, streams, corpus, "target", val, loop, run, diagnostics=log,
+                  after_update=after)  # fmt: skip
     names = {n for m in run.logged.values() for n in m}
     diag = sorted(n for n in names if n.startswith("diag/"))
     if not diagnostics:
@@ -236,9 +243,12 @@ def test_the_finetune_loop_logs_factor_diagnostics_only_when_given_a_factor_log(
         return
     assert {s for s, m in run.logged.items() if any(n.startswith("diag/") for n in m)} == {2, 4}
     name = "diag/blocks.0.attn.q_proj/seed=1/norm_B"
-    assert run.logged[2][name] > 0  # B moved off zero in the first updates
-    B = ensemble.stacked_parameters()["blocks.0.attn.q_proj.lora_B"]
-    assert run.logged[4][name] == pytest.approx(float(B[1].detach().double().norm()), rel=1e-12)
+    assert run.logged[2][name] > 0  # B moved off zero in the first update
+    # update t's record reads the factors its gradients were taken at: those after t − 1
+    # (seed 003 §0x07H), not those after update t
+    assert norms[0] == 0.0 and norms[4] != norms[3]
+    assert run.logged[2][name] == pytest.approx(norms[1], rel=1e-12)
+    assert run.logged[4][name] == pytest.approx(norms[3], rel=1e-12)
     # the rate update 2 used: the peak times the schedule at t = 1 of 4 (no warm-up)
     lr = run.logged[2]["diag/blocks.1.attn.q_proj/seed=0/lr_A"]
     assert lr == pytest.approx(1e-2 * lr_factor(1, 4, 0), rel=1e-12)

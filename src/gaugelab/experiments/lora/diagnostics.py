@@ -2,13 +2,15 @@
 
 :class:`FactorLog` says which steps and members are recorded; before such a step it keeps the
 factors (:meth:`FactorLog.before`), after it it builds one
-:class:`gaugelab.lowrank.dynamics.diagnostics.FactorDiagnostics` per module and member and
-flattens them into metrics ``diag/<module><suffix>/<field>`` for a run's log
-(:meth:`FactorLog.metrics`). The LoRA twin phase logs the base adapter at every checkpoint; the
-fine-tuning loop (``_lora_train.train_members``) logs when given one
-(``FinetuneSpec.diagnostics_every``; off by default, so stored fine-tuning runs are unchanged).
+:class:`gaugelab.lowrank.dynamics.diagnostics.FactorDiagnostics` per module and member, read at
+those kept factors (where the step's gradients were taken, seed 003 §0x07H), and flattens them
+into metrics ``diag/<module><suffix>/<field>`` for a run's log (:meth:`FactorLog.metrics`). The
+LoRA twin phase logs the base adapter at every checkpoint; the fine-tuning loop
+(``_lora_train.train_members``) logs when given one (``FinetuneSpec.diagnostics_every``; off by
+default, so stored fine-tuning runs are unchanged).
 
-Source: seed 003 §0x08L (the minimum diagnostic record).
+Source: seed 003 §0x07H (the state a step's diagnostics are read at), §0x08L (the minimum
+diagnostic record).
 """
 
 from __future__ import annotations
@@ -86,13 +88,18 @@ class FactorLog:
         losses: torch.Tensor,
         lr: float,
     ) -> dict[str, float]:
-        """The records after update ``step`` as flat metrics ``diag/<module><suffix>/…``.
+        """The records of update ``step`` as flat metrics ``diag/<module><suffix>/…``.
+
+        Each record is read at the factors the update's gradients were taken at
+        (``previous``), with the factors after the update for the product and factor steps
+        (seed 003 §0x07H).
 
         Args:
-            ensemble, optimizer: the trained ensemble and its optimizer (state per member).
+            ensemble, optimizer: the trained ensemble (after the update) and its optimizer
+                (state per member).
             previous: :meth:`before` of this step.
             step: the update just applied (1-based, before ``step_offset``).
-            losses: ``[E]`` the members' losses of this step.
+            losses: ``[E]`` the members' losses of this step (at ``previous``).
             lr: the learning rate the step used (both factors).
         """
         out: dict[str, float] = {}
@@ -104,13 +111,14 @@ class FactorLog:
                 sliced = [{k: v[e] for k, v in s.items()
                            if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == E}
                           for s in states]  # fmt: skip
+                A0, B0 = previous[f"{module}#{e}"]  # the state the gradients were taken at
                 record = factor_diagnostics(
-                    A=A[e], B=B[e], scale=self.scale, step=self.step_offset + step,
+                    A=A0, B=B0, scale=self.scale, step=self.step_offset + step,
                     tokens=(self.step_offset + step) * self.tokens_per_step,
                     loss=float(losses[e]), lr_A=lr, lr_B=lr,
                     grad_A=None if A.grad is None else A.grad[e],
                     grad_B=None if B.grad is None else B.grad[e],
-                    previous=previous.get(f"{module}#{e}"), state_A=sliced[0],
+                    after=(A[e], B[e]), state_A=sliced[0],
                     state_B=sliced[1], eval_protocol=self.eval_protocol,
                 )  # fmt: skip
                 out.update(record.metrics(prefix=f"diag/{module}{suffix}/"))

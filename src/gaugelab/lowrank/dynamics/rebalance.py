@@ -16,10 +16,19 @@ import torch
 
 from gaugelab.gauge import transform_state
 
-__all__ = ["STATE_POLICIES", "Rebalance", "StatePolicy", "rebalance_factors"]
+__all__ = [
+    "FOREIGN_STATE_POLICIES",
+    "STATE_POLICIES",
+    "ForeignStatePolicy",
+    "Rebalance",
+    "StatePolicy",
+    "rebalance_factors",
+]
 
 StatePolicy = Literal["auto", "transform", "reset"]
 STATE_POLICIES: tuple[str, ...] = ("auto", "transform", "reset")
+ForeignStatePolicy = Literal["raise", "reset"]
+FOREIGN_STATE_POLICIES: tuple[str, ...] = ("raise", "reset")
 _TRANSPOSABLE = ("covariant", "invariant", "entrywise")  # kinds whose action commutes with ᵀ
 
 
@@ -95,6 +104,7 @@ def rebalance_factors(
     optimizer: torch.optim.Optimizer | None = None,
     *,
     state: StatePolicy = "auto",
+    foreign_state: ForeignStatePolicy = "raise",
 ) -> Rebalance:
     """Re-express a LoRA update in another factor basis, in place: ``(B, A) ↦ (B G, G⁻¹ A)``.
 
@@ -103,17 +113,25 @@ def rebalance_factors(
     buffers ``m_B ↦ m_B G⁻ᵀ``, ``m_A ↦ Gᵀ m_A``; invariant entries copied) or reset (cleared,
     so the rule re-initialises it at the next step). Per-coordinate statistics (Adam's second
     moment) have no action under a non-permutation ``G``: ``state="auto"`` then resets, and
-    the record says so.
+    the record says so. An optimizer that declares no state geometry (``torch.optim.Adam``,
+    any rule outside :mod:`gaugelab.optim`) has no known action at all: its moments of the
+    factors would go stale, so it is refused unless ``foreign_state="reset"`` (or
+    ``state="reset"``) asks for them to be cleared.
 
     Args:
         B: ``[*members, d_out, r]`` up factor (a leaf tensor, modified in place).
         A: ``[*members, r, d_in]`` down factor (modified in place).
         G: ``[*members, r, r]`` or ``[r, r]`` invertible element (e.g. ``c·I`` for the scalar
             gauge ``(c B, A / c)``).
-        optimizer: the optimizer training ``B`` and ``A`` (a rule of :mod:`gaugelab.optim`,
-            which declares its state geometry), or ``None``.
+        optimizer: the optimizer training ``B`` and ``A`` (a rule of :mod:`gaugelab.optim`
+            declares its state geometry, ``state_geometry(group)``; any other is *foreign*),
+            or ``None``.
         state: ``"auto"`` (transform when the rule's geometry allows, else reset),
             ``"transform"`` (raise when it does not) or ``"reset"``.
+        foreign_state: what ``state="auto"`` does with a foreign optimizer's state of the
+            factors: ``"raise"`` (the default: a ``ValueError`` naming the optimizer's class)
+            or ``"reset"`` (clear it; the record names the class). ``state="transform"``
+            always raises for a foreign optimizer, ``state="reset"`` always resets.
 
     Returns:
         The :class:`Rebalance` record: which state policy was applied and why.
@@ -121,8 +139,10 @@ def rebalance_factors(
     Raises:
         ValueError: bad shapes or policy; a singular ``G``; factors that would not be finite
             in their dtype after the transformation (a gauge outside the dtype's range, seed
-            003 §0x08I); ``state="transform"`` with state that cannot move under ``G``.
-            Nothing is modified when an error is raised.
+            003 §0x08I); ``state="transform"`` with state that cannot move under ``G``; a
+            foreign optimizer holding state of the factors under ``state="transform"``, or
+            under ``state="auto"`` with ``foreign_state="raise"``. Nothing is modified when an
+            error is raised.
 
     Source: seed 003 §0x08J (rebalancing: moments transformed or reset), §0x08L (the
     post-transform finite check).
@@ -130,6 +150,11 @@ def rebalance_factors(
     where = "rebalance_factors"
     if state not in STATE_POLICIES:
         raise ValueError(f"{where}: state={state!r}; allowed: {', '.join(STATE_POLICIES)}")
+    if foreign_state not in FOREIGN_STATE_POLICIES:
+        raise ValueError(
+            f"{where}: foreign_state={foreign_state!r}; allowed: "
+            f"{', '.join(FOREIGN_STATE_POLICIES)}"
+        )
     r = A.shape[-2] if A.dim() >= 2 else -1
     if (
         B.dim() < 2
@@ -155,7 +180,19 @@ def rebalance_factors(
         )
     held = optimizer is not None and bool(optimizer.state.get(A) or optimizer.state.get(B))
     moved, applied, reason = None, "none", "no optimizer state for these factors"
-    if held and state != "reset":
+    declared = callable(getattr(optimizer, "state_geometry", None))
+    if held and state != "reset" and not declared:
+        name = type(optimizer).__name__
+        if state == "transform" or foreign_state == "raise":
+            raise ValueError(
+                f"{where}: {name} declares no state geometry (state_geometry(group)), so its "
+                f"moments of these factors cannot be transformed with G and would be stale "
+                f"(state={state!r}, foreign_state={foreign_state!r}); choices: "
+                f"foreign_state='reset' (clear them; the rule restarts its moments) or "
+                f"'raise' (the default), state='reset', or a rule of gaugelab.optim"
+            )
+        applied, reason = "reset", f"reset: {name} declares no state geometry"
+    elif held and state != "reset":
         try:
             moved = _moved_state(optimizer, A, B, G.detach().to(B.dtype))
             applied, reason = "transformed", "moved with G by gauge.transform_state"
