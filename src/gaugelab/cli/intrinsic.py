@@ -131,8 +131,8 @@ def intrinsic_dim(
     """Estimate d90: the smallest tested d whose subspace-trained score reaches the threshold.
 
     Runs the full fine-tuning reference (one run per --full-lrs value) and every (d, seed, lr)
-    trial as a stored run; per (d, seed) the trial with the best selection-split accuracy is
-    kept, its evaluation accuracy aggregated over seeds (median) and compared with the target
+    trial as a stored run; per (d, seed) the best evaluation accuracy over its trials is kept,
+    aggregated over seeds (median) and compared with the target
     (historically 0.9 · S_full). The result is the first passing tested d with its grid bracket
     (prev, d], or the censoring state — `d90 <= d_min` / `> d_max / unresolved` — never d_min
     or d_max standing in for an estimate; a d where no seed survived is reported unmeasured and

@@ -1,7 +1,8 @@
 """Tests for the d90 rule of gaugelab.lowrank.intrinsic.protocol (seed 003 §0x02F–K): thresholds,
-the
-quality transform, crossing, bracket and censoring, no cumulative maximum, failed seeds kept, and
-the synthetic DID/SAID score table (fixture 2.4 of the seed map)."""
+the quality transform, the best of trials (max of the evaluation score), failed seeds kept,
+crossing, bracket and censoring, no cumulative maximum, and the seed's worked examples
+on their own inputs (the synthetic DID/SAID table, fixture 2.4 of the seed map; the DID bracket,
+fixture 2.5)."""
 
 import math
 
@@ -150,3 +151,79 @@ def test_bad_declarations_are_rejected():
         ThresholdRule("cumulative-max")
     with pytest.raises(ValueError, match="repeated d"):
         classify_grid_crossing([(4, 0.5), (4, 0.6)], 0.5)
+
+
+# --- the seed's worked examples, on exactly their inputs -----------------------------------------
+
+
+def _one_seed(table):
+    """One seed, one trial per d, scoring the table's value: its median is that value exactly."""
+    return [TrialRecord(d, 0, {"lr": 0.01}, "completed", x, x) for d, x in table.items()]
+
+
+def test_seed_0x02F_synthetic_table_thresholds_0_765_and_0_825():
+    assert math.isclose(historical_threshold(0.850), 0.765, abs_tol=1e-12)  # 0.9 · 0.850
+    assert math.isclose(normalized_gain_threshold(0.850, 0.600), 0.825, abs_tol=1e-12)
+
+
+def test_seed_0x02F_synthetic_table_historical_did_6_said_4():
+    target = historical_threshold(0.850)
+    assert classify_grid_crossing(list(DID.items()), target).estimate == 6
+    assert classify_grid_crossing(list(SAID.items()), target).estimate == 4
+    for table, expected in ((DID, 6), (SAID, 4)):
+        est = estimate_from_records(
+            _one_seed(table), grid=list(table), seeds=[0], full_score=0.850, base_score=0.600
+        )
+        assert [s.aggregate for s in est.summaries] == list(table.values())  # the table, as is
+        assert (est.crossing.state, est.crossing.estimate) == ("crossed", expected)
+
+
+def test_seed_0x02F_synthetic_table_normalized_gain_both_first_pass_at_8():
+    target = normalized_gain_threshold(0.850, 0.600)
+    rule = ThresholdRule("normalized-gain", 0.9)
+    for table in (DID, SAID):
+        assert classify_grid_crossing(list(table.items()), target).estimate == 8
+        est = estimate_from_records(
+            _one_seed(table), grid=list(table), seeds=[0], full_score=0.850, base_score=0.600,
+            rule=rule,
+        )  # fmt: skip
+        assert (est.crossing.state, est.crossing.estimate) == ("crossed", 8)
+
+
+def test_seed_0x02G_did_4_fails_6_passes_bracket_4_6():
+    crossing = classify_grid_crossing(list(DID.items()), historical_threshold(0.850))
+    assert crossing == GridCrossing(
+        "crossed", 6, (4, 6), "d90 = 6 on the tested grid, bracket (4, 6]", failing_after=()
+    )
+    est = estimate_from_records(
+        _one_seed(DID), grid=list(DID), seeds=[0], full_score=0.850, base_score=0.600
+    )
+    assert [s.passes for s in est.summaries] == [False, True, True]  # d = 4 fails, 6 passes
+
+
+# --- best of trials -------------------------------------------------------------------------------
+
+
+def test_seed_0x02F_best_of_trials_is_the_max_of_the_evaluation_score():
+    # per seed: lr 0.1 wins on the selection split, lr 0.01 on the evaluation split
+    records = [
+        TrialRecord(4, seed, {"lr": lr}, "completed", sel, ev)
+        for seed in (0, 1, 2)
+        for lr, sel, ev in ((0.1, 0.95, 0.70), (0.01, 0.60, 0.80 + 0.01 * seed))
+    ]
+    est = estimate_from_records(records, grid=[4], seeds=[0, 1, 2], full_score=FULL,
+                                base_score=BASE)  # fmt: skip
+    (four,) = est.summaries
+    assert four.seed_scores == pytest.approx({0: 0.80, 1: 0.81, 2: 0.82})  # max_h S(d, s, h)
+    assert all(four.selected[seed] == {"lr": 0.01} for seed in (0, 1, 2))
+    assert four.aggregate == pytest.approx(0.81) and four.passes  # ≥ 0.765; lr 0.1 gave 0.70
+    assert est.crossing.state == "left-censored"
+
+
+def test_best_of_trials_needs_no_selection_score_and_keeps_the_first_of_ties():
+    records = [
+        TrialRecord(4, 0, {"lr": 0.1}, "completed", None, 0.8),
+        TrialRecord(4, 0, {"lr": 0.01}, "completed", 0.99, 0.8),
+    ]
+    est = estimate_from_records(records, grid=[4], seeds=[0], full_score=FULL, base_score=BASE)
+    assert est.summaries[0].selected[0] == {"lr": 0.1} and est.summaries[0].seed_scores[0] == 0.8

@@ -202,8 +202,8 @@ def summary_table(result: IntrinsicResult) -> rep.Table:
             "failed seeds",
         ],
         rows=rows,
-        caption="Each seed's score is the evaluation accuracy of the trial chosen by selection-"
-        "split accuracy; raw scores, no cumulative maximum.",
+        caption="Each seed's score is its best evaluation accuracy over the trials (max over lr); "
+        "raw scores, no cumulative maximum.",
     )
 
 
@@ -325,7 +325,7 @@ def report(result: IntrinsicResult, out_dir: str | os.PathLike[str]) -> Path:
             figure(result),
             folder,
             "score_vs_d",
-            caption="Selected evaluation accuracy per seed and aggregated "
+            caption="Best evaluation accuracy per seed and aggregated "
             "against d; dashed: the target; shaded: the grid bracket.",
         )
     ]

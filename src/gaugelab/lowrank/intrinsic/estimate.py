@@ -1,9 +1,10 @@
 """The d90 grid estimate: thresholds, seed aggregation, crossing, bracket and censoring.
 
 ``d̂90^G = min{d ∈ G : A_s[max_h S(d, s, h)] ≥ target}`` — the first passing *tested* value of
-the grid, never the exact minimum. ``max_h`` is the declared selection rule (the trial with the
-best *selection-split* score; its *evaluation* score is ``S``), ``A_s`` the declared seed
-aggregator (median by default), and the target either the historical ``0.9 · S_full`` (a ratio
+the grid, never the exact minimum. ``S(d, s, h)`` is the *evaluation* score of trial ``h`` and
+``max_h`` its maximum over the seed's scored trials (the best of trials, not the evaluation score
+of a trial picked by another score), ``A_s`` the declared seed aggregator (median by default),
+and the target either the historical ``0.9 · S_full`` (a ratio
 that only a non-negative, higher-is-better score supports; anything else needs a
 :class:`QualityTransform`) or the normalized-gain alternative ``S_base + τ (S_full − S_base)``.
 Scores are never smoothed by a cumulative maximum; every raw trial record (failed ones too) is
@@ -84,7 +85,7 @@ class TrialRecord:
         status: ``completed``, ``degenerate`` (SAID ``d = m``: no update; scored untrained) or
             a failure class (kept, never selected).
         selection_score, score: the metric on the selection and evaluation splits (``None``
-            unless scored).
+            unless scored); ``score`` is ``S(d, s, h)``, the one the best of trials maximizes.
         identity: the run's identity in the store; projection: the projection's identity.
         message: why it failed, if it did.
     """
@@ -101,25 +102,24 @@ class TrialRecord:
 
     @property
     def scored(self) -> bool:
-        """Completed (or degenerate) with finite scores."""
+        """Completed (or degenerate) with a finite evaluation score."""
         return (
             self.status in ("completed", "degenerate")
             and self.score is not None
-            and self.selection_score is not None
             and math.isfinite(self.score)
-            and math.isfinite(self.selection_score)
         )
 
 
 @dataclass
 class DimensionSummary:
-    """One grid value: the selected trial per seed and their aggregate.
+    """One grid value: the best of trials per seed and their aggregate.
 
     Attributes:
-        d: the budget; seed_scores: seed → the selected trial's quality; selected: seed →
-            its hyperparameters; failed_seeds: seeds without any scored trial (kept out of
-            the aggregate, listed); aggregate: ``A_s`` of ``seed_scores`` (``None`` if none);
-            passes: ``aggregate >= target``; degenerate: every trial was a no-update budget.
+        d: the budget; seed_scores: seed → ``max_h`` of its trials' evaluation quality;
+            selected: seed → the hyperparameters of that best trial; failed_seeds: seeds
+            without any scored trial (kept out of the aggregate, listed); aggregate: ``A_s`` of
+            ``seed_scores`` (``None`` if none); passes: ``aggregate >= target``; degenerate:
+            every trial was a no-update budget.
     """
 
     d: int
@@ -297,9 +297,8 @@ class IntrinsicDimensionEstimate:
 
 
 SELECTION = (
-    "per (d, seed): the completed trial with the highest selection-split score "
-    "(ties: the first in the declared hyperparameter order); its evaluation-split "
-    "score is S(d, s)"
+    "per (d, seed): max over its scored trials h of the evaluation-split score S(d, s, h) "
+    "(ties: the first in the declared hyperparameter order)"
 )
 
 
@@ -318,16 +317,19 @@ def estimate_from_records(
     projections: Mapping[str, Any] | None = None,
     ledger: Mapping[str, Any] | None = None,
 ) -> IntrinsicDimensionEstimate:
-    """The seed's pseudocode (§0x02J) on stored trial records: select, aggregate, classify.
+    """The seed's pseudocode (§0x02J) on stored trial records: best of trials, aggregate, classify.
+
+    Per ``(d, seed)`` the seed's score is ``max_h S(d, s, h)``, the highest evaluation quality
+    over its scored trials (ties: the first record).
 
     Args:
-        records: every trial (any order; failed ones are kept and never selected).
+        records: every trial (any order; failed ones are kept and never chosen).
         grid: the declared candidate dimensions; seeds: the declared projection seeds.
         full_score, base_score: the full fine-tuning reference and the base (untrained-
             coordinates) score, metric units.
         rule: the :class:`ThresholdRule`; aggregator: a key of :data:`AGGREGATORS`;
             transform: the metric's :class:`QualityTransform` (scores are transformed before
-            selection, aggregation and comparison).
+            the maximum over trials, aggregation and comparison).
         method, budget, projections, ledger: recorded in the result (§0x02K).
 
     Returns:
@@ -362,7 +364,7 @@ def estimate_from_records(
             if not trials:
                 summary.failed_seeds.append(s)
                 continue
-            best = max(trials, key=lambda r: transform(r.selection_score))  # first of ties
+            best = max(trials, key=lambda r: transform(r.score))  # max_h S(d, s, h); first of ties
             summary.seed_scores[s] = transform(best.score)
             summary.selected[s] = dict(best.hyperparameters)
         if summary.seed_scores:
