@@ -131,13 +131,14 @@ def intrinsic_dim(
     """Estimate d90: the smallest tested d whose subspace-trained score reaches the threshold.
 
     Runs the full fine-tuning reference (one run per --full-lrs value) and every (d, seed, lr)
-    trial as a stored run; per (d, seed) the trial with the best selection-split accuracy is
-    kept, its evaluation accuracy aggregated over seeds (median) and compared with the target
-    (historically 0.9 · S_full). The result is the first passing tested d with its grid bracket
-    (prev, d], or the censoring state — `d90 <= d_min` / `> d_max / unresolved` — never d_min
-    or d_max standing in for an estimate; a d where no seed survived is reported unmeasured and
-    is never a bracket end; raw scores are never smoothed by a cumulative maximum. Every d is
-    checked against the problem first (DID 1 <= d <= D, SAID m <= d <= D + m).
+    trial as a stored run; per (d, seed) the best evaluation accuracy over its trials is kept,
+    aggregated over every seed (median; a failed seed counts as -inf, not passing) and compared
+    with the target (historically 0.9 · S_full). The result is the first passing tested d with
+    its grid bracket (prev, d], or the censoring state — `d90 <= d_min` when the first tested d
+    passes, `> d_max / unresolved` when none does — never d_min or d_max standing in for an
+    estimate; a d where every seed failed is a failing d (it can be the bracket's lower end);
+    raw scores are never smoothed by a cumulative maximum. Every d is checked against the
+    problem first (DID 1 <= d <= D, SAID m <= d <= D + m).
     Prints the per-d table, the estimate with its envelope and the raw records, and writes a
     figure (score against d per seed and aggregated, the threshold, the bracket) and a report.
     """

@@ -118,6 +118,8 @@ def test_a_failed_trial_is_kept_in_the_records_and_never_selected(tmp_path, monk
     assert "nan at step 3" in failed[0].message
     summary = {s.d: s for s in result.estimate.summaries}[32]
     assert summary.failed_seeds == [1] and list(summary.seed_scores) == [0]
+    # the failed seed stays in the median of two seeds: (−inf + S) / 2, not passing
+    assert summary.aggregate == float("-inf") and not summary.passes
     assert len(result.records) == 4  # append-only: the failure is in the raw table
 
 
@@ -174,7 +176,7 @@ def test_bad_grid_values_name_the_field_and_the_value():
             quick_spec(**fields)
 
 
-def test_a_d_with_no_surviving_seed_is_unmeasured_not_a_bracket_end(tmp_path, monkeypatch):
+def test_a_d_where_every_seed_failed_is_failing_and_the_bracket_end(tmp_path, monkeypatch):
     from gaugelab.errors import NonFiniteError
     from gaugelab.experiments.intrinsic import train as _intrinsic_train
     from gaugelab.experiments.intrinsic.run import tables
@@ -190,40 +192,12 @@ def test_a_d_with_no_surviving_seed_is_unmeasured_not_a_bracket_end(tmp_path, mo
     spec = quick_spec(dims=(8, 32), seeds=(0,), threshold_value=0.01)  # 32 surely passes
     result = run_intrinsic_dim(spec, store=tmp_path / "s.sqlite", write_report=False).result
     c = result.estimate.crossing
-    assert c.unmeasured == (8,) and c.state == "left-censored" and c.bracket is None
-    assert c.statement == (
-        "d90 <= 32 (left-censored: the first measured d passes; unmeasured d = 8 (no seed "
-        "survived))"
-    )
+    assert (c.state, c.estimate, c.bracket, c.all_failed) == ("crossed", 32, (8, 32), (8,))
+    assert c.statement == "d90 = 32 on the tested grid, bracket (8, 32]; every seed failed at d = 8"
     summary, estimate, _ = tables(result)
     state = summary.columns.index("vs target")
-    assert [row[0] for row in summary.rows if row[state].startswith("unmeasured")] == [8]
-    assert ["unmeasured d (no seed survived)", "8"] in estimate.rows
-
-
-def test_unmeasured_grid_points_never_witness_a_crossing_or_censoring():
-    from gaugelab.lowrank.intrinsic.protocol import classify_grid_crossing
-
-    inside = classify_grid_crossing([(2, 0.5), (4, None), (8, 0.9)], target=0.8)
-    assert (inside.state, inside.estimate, inside.bracket) == ("crossed", 8, (2, 8))
-    assert inside.statement.endswith("bracket (2, 8]; unmeasured d = 4 (no seed survived)")
-    below = classify_grid_crossing([(2, None), (32, 0.9)], target=0.8)
-    assert below.state == "left-censored" and below.bracket is None and below.unmeasured == (2,)
-    above = classify_grid_crossing([(4, 0.5), (8, float("nan"))], target=0.8)
-    assert above.state == "right-censored"
-    assert above.statement.startswith("d90 > 4 / unresolved") and "unmeasured d = 8" in (
-        above.statement
-    )
-    nothing = classify_grid_crossing([(4, None), (8, None)], target=0.8)
-    assert (nothing.state, nothing.estimate, nothing.bracket) == ("unresolved", None, None)
-    assert (
-        nothing.statement
-        == "d90 unresolved (no tested d was measured: no seed survived at d = 4, 8)"
-    )
-    measured = classify_grid_crossing([(2, 0.5), (4, 0.9)], target=0.8)
-    assert measured.unmeasured == () and measured.statement == (
-        "d90 = 4 on the tested grid, bracket (2, 4]"
-    )
+    assert [row[0] for row in summary.rows if row[state] == "fail (every seed failed)"] == [8]
+    assert ["d where every seed failed", "8"] in estimate.rows
 
 
 _TRAIN_FRESH = """

@@ -2,9 +2,10 @@
 
 Every run's ``result`` artifact is read only after its sha256 check; a run that did not complete
 (or whose file changed) stays in the raw records with its termination class and is never
-selected. The full fine-tuning reference is the full run with the best selection accuracy (ties:
-the first declared learning rate); its evaluation accuracy is ``S_full``, and the base score is
-the accuracy at ``θ₀`` that every run records.
+chosen; a seed with no completed trial at a ``d`` counts there as failed (not passing). The full
+fine-tuning reference is the full run with the best selection accuracy (ties: the first declared
+learning rate); its evaluation accuracy is ``S_full``, and the base score is the accuracy at
+``θ₀`` that every run records.
 
 Source: seed 003 §0x02F–K.
 """
@@ -182,8 +183,8 @@ def summary_table(result: IntrinsicResult) -> rep.Table:
     for s in est.summaries if est else []:
         cells = [s.seed_scores.get(seed) for seed in spec.seeds]
         lrs = ", ".join(f"{s.selected[k]['lr']:g}" for k in spec.seeds if k in s.selected)
-        if not s.measured:
-            state = "unmeasured (no seed survived)"
+        if s.all_failed:
+            state = "fail (every seed failed)"
         elif s.degenerate:
             state = "degenerate (d = m)"
         else:
@@ -202,8 +203,9 @@ def summary_table(result: IntrinsicResult) -> rep.Table:
             "failed seeds",
         ],
         rows=rows,
-        caption="Each seed's score is the evaluation accuracy of the trial chosen by selection-"
-        "split accuracy; raw scores, no cumulative maximum.",
+        caption="Each seed's score is its best evaluation accuracy over the trials (max over lr); "
+        "a failed seed counts as -inf (not passing) in the aggregate; raw scores, no "
+        "cumulative maximum.",
     )
 
 
@@ -223,7 +225,7 @@ def estimate_table(result: IntrinsicResult) -> rep.Table:
             ["boundary state", c.state],
             ["estimate", c.statement],
             ["non-monotone after the crossing", ", ".join(map(str, c.failing_after)) or "—"],
-            ["unmeasured d (no seed survived)", ", ".join(map(str, c.unmeasured)) or "—"],
+            ["d where every seed failed", ", ".join(map(str, c.all_failed)) or "—"],
             ["projection", f"{est.projections['family']} ({est.projections['normalization']})"],
             ["budget", f"Adam, {est.budget['steps']} steps, lrs {est.budget['lrs']}"],
             [
@@ -288,7 +290,7 @@ def figure(result: IntrinsicResult) -> Figure:
                     markersize=4,
                     label=f"seed {seed}",
                 )
-        agg = [(s.d, s.aggregate) for s in est.summaries if s.aggregate is not None]
+        agg = [(s.d, s.aggregate) for s in est.summaries if math.isfinite(s.aggregate)]
         if agg:
             ax.plot(*zip(*agg, strict=True), "s-", color="black", linewidth=2, label=est.aggregator)
         ax.axhline(est.target, color="tab:red", linestyle="--", label=f"target {est.target:.3f}")
@@ -325,7 +327,7 @@ def report(result: IntrinsicResult, out_dir: str | os.PathLike[str]) -> Path:
             figure(result),
             folder,
             "score_vs_d",
-            caption="Selected evaluation accuracy per seed and aggregated "
+            caption="Best evaluation accuracy per seed and aggregated "
             "against d; dashed: the target; shaded: the grid bracket.",
         )
     ]

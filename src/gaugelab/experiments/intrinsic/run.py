@@ -150,7 +150,7 @@ def estimate_intrinsic_dimension(
     spec: IntrinsicSpec | None = None, **options: Any
 ) -> IntrinsicDimensionEstimate | None:
     """The seed's ``estimate_intrinsic_dimension`` (§0x02J) on the harness: the full reference,
-    every ``(d, seed, hyperparameter)`` trial a stored run, selection on the selection split,
+    every ``(d, seed, hyperparameter)`` trial a stored run, the best evaluation score of trials,
     the declared aggregator and threshold, :func:`~gaugelab.lowrank.intrinsic.protocol.
     classify_grid_crossing` with censoring preserved.
 

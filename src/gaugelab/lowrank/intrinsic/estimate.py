@@ -1,13 +1,16 @@
 """The d90 grid estimate: thresholds, seed aggregation, crossing, bracket and censoring.
 
 ``d̂90^G = min{d ∈ G : A_s[max_h S(d, s, h)] ≥ target}`` — the first passing *tested* value of
-the grid, never the exact minimum. ``max_h`` is the declared selection rule (the trial with the
-best *selection-split* score; its *evaluation* score is ``S``), ``A_s`` the declared seed
-aggregator (median by default), and the target either the historical ``0.9 · S_full`` (a ratio
-that only a non-negative, higher-is-better score supports; anything else needs a
+the grid, never the exact minimum. ``S(d, s, h)`` is the *evaluation* score of trial ``h`` and
+``max_h`` its maximum over the seed's scored trials (the best of trials, not the evaluation score
+of a trial picked by another score), ``A_s`` the declared seed aggregator (median by default)
+over *every* declared seed — a seed whose trials all failed stays in it as
+:data:`FAILED_SEED_SCORE` (``−inf``: it counts as not passing), it is never dropped so that the
+aggregate runs over the survivors — and the target either the historical ``0.9 · S_full`` (a
+ratio that only a non-negative, higher-is-better score supports; anything else needs a
 :class:`QualityTransform`) or the normalized-gain alternative ``S_base + τ (S_full − S_base)``.
-Scores are never smoothed by a cumulative maximum; every raw trial record (failed ones too) is
-kept in the result.
+A tested ``d`` at which every seed failed is a *failing* ``d`` like any other. Scores are never
+smoothed by a cumulative maximum; every raw trial record (failed ones too) is kept in the result.
 
 Source: seed 003 §0x02F (the estimate and thresholds), §0x02G (crossing, bracket, censoring,
 non-monotonicity), §0x02J (the pseudocode), §0x02K (the result's envelope).
@@ -33,6 +36,7 @@ from gaugelab.lowrank.intrinsic.thresholds import (
 __all__ = [
     "AGGREGATORS",
     "BOUNDARY_STATES",
+    "FAILED_SEED_SCORE",
     "NON_IMPLICATIONS",
     "DimensionSummary",
     "GridCrossing",
@@ -54,12 +58,17 @@ AGGREGATORS: dict[str, Callable[[Sequence[float]], float]] = {
 }
 """Declared seed aggregators ``A_s`` by name."""
 
-BOUNDARY_STATES = ("crossed", "left-censored", "right-censored", "unresolved")
-"""§0x02G: crossed within the grid; the first measured ``d`` already passes (report
-``d90 <= d_min``); no measured ``d`` passes (report ``> d_max / unresolved``); and
-``unresolved`` — no ``d`` of the grid was measured at all (every trial failed), so there is
-nothing to classify. A ``d`` without a scored seed is *unmeasured*: it is never a bracket end
-nor a crossing or censoring witness."""
+FAILED_SEED_SCORE = -math.inf
+"""The score a seed without any scored trial at ``d`` enters the seed aggregate with: below every
+target, so a failed seed counts as not passing (§0x02J: failed seeds are never overwritten)."""
+
+BOUNDARY_STATES = ("crossed", "left-censored", "right-censored")
+"""§0x02G's three states: crossed within the grid (the first passing tested ``d`` is not the
+first tested ``d``; bracket ``(previous tested d, first passing d]``); left-censored (the first
+tested ``d`` already passes: report ``d90 <= d_min``); right-censored or optimization-unreached
+(no tested ``d`` passes: report ``> d_max / unresolved``). A ``d`` at which every seed failed is
+a failing ``d``: it can be the bracket's lower end, and it never makes a later pass
+left-censored."""
 
 NON_IMPLICATIONS = (
     "that every random subspace of dimension d succeeds",
@@ -84,7 +93,7 @@ class TrialRecord:
         status: ``completed``, ``degenerate`` (SAID ``d = m``: no update; scored untrained) or
             a failure class (kept, never selected).
         selection_score, score: the metric on the selection and evaluation splits (``None``
-            unless scored).
+            unless scored); ``score`` is ``S(d, s, h)``, the one the best of trials maximizes.
         identity: the run's identity in the store; projection: the projection's identity.
         message: why it failed, if it did.
     """
@@ -101,39 +110,39 @@ class TrialRecord:
 
     @property
     def scored(self) -> bool:
-        """Completed (or degenerate) with finite scores."""
+        """Completed (or degenerate) with a finite evaluation score."""
         return (
             self.status in ("completed", "degenerate")
             and self.score is not None
-            and self.selection_score is not None
             and math.isfinite(self.score)
-            and math.isfinite(self.selection_score)
         )
 
 
 @dataclass
 class DimensionSummary:
-    """One grid value: the selected trial per seed and their aggregate.
+    """One grid value: the best of trials per seed and their aggregate over every seed.
 
     Attributes:
-        d: the budget; seed_scores: seed → the selected trial's quality; selected: seed →
-            its hyperparameters; failed_seeds: seeds without any scored trial (kept out of
-            the aggregate, listed); aggregate: ``A_s`` of ``seed_scores`` (``None`` if none);
-            passes: ``aggregate >= target``; degenerate: every trial was a no-update budget.
+        d: the budget; seed_scores: scored seed → ``max_h`` of its trials' evaluation quality;
+            selected: scored seed → the hyperparameters of that best trial; failed_seeds:
+            seeds without any scored trial (in the aggregate as :data:`FAILED_SEED_SCORE`,
+            listed); aggregate: ``A_s`` over every declared seed (``−inf`` when the failed
+            seeds decide it, e.g. all of them); passes: ``aggregate >= target``; degenerate:
+            every trial was a no-update budget.
     """
 
     d: int
     seed_scores: dict[int, float] = field(default_factory=dict)
     selected: dict[int, dict[str, Any]] = field(default_factory=dict)
     failed_seeds: list[int] = field(default_factory=list)
-    aggregate: float | None = None
+    aggregate: float = FAILED_SEED_SCORE
     passes: bool = False
     degenerate: bool = False
 
     @property
-    def measured(self) -> bool:
-        """At least one seed was scored (a ``d`` without one is unmeasured, not failing)."""
-        return self.aggregate is not None
+    def all_failed(self) -> bool:
+        """No seed was scored at this ``d`` (a failing ``d``, never an unmeasured one)."""
+        return not self.seed_scores
 
 
 @dataclass(frozen=True)
@@ -147,10 +156,10 @@ class GridCrossing:
         bracket: ``(previous tested d, first passing d]`` when crossed, else ``None``.
         statement: how to report it: ``d90 = 6 on the grid, bracket (4, 6]``, ``d90 <= 4
             (left-censored)``, ``d90 > 8 / unresolved (right-censored)``.
-        failing_after: measured ``d`` above the estimate whose aggregate fails again
+        failing_after: tested ``d`` above the first passing one whose aggregate fails again
             (non-monotone scores, kept as measured).
-        unmeasured: tested ``d`` with no scored seed (every trial failed): left out of the
-            classification, named in the statement when they bear on it.
+        all_failed: tested ``d`` at which every seed failed: failing ``d``, named in the
+            statement.
     """
 
     state: str
@@ -158,7 +167,7 @@ class GridCrossing:
     bracket: tuple[int, int] | None
     statement: str
     failing_after: tuple[int, ...] = ()
-    unmeasured: tuple[int, ...] = ()
+    all_failed: tuple[int, ...] = ()
 
 
 def classify_grid_crossing(
@@ -166,86 +175,78 @@ def classify_grid_crossing(
 ) -> GridCrossing:
     """Classify the grid's boundary state from the aggregated score per tested ``d``.
 
-    Only *measured* ``d`` (a finite aggregate) take part: a ``d`` whose aggregate is ``None``
-    or non-finite (no seed survived) is unmeasured — it neither passes nor fails, is never a
-    bracket end, and never witnesses a crossing or censoring. The bracket's lower end is the
-    last measured ``d`` below the first passing one; the statement names the unmeasured ``d``
-    that lie inside the bracket, below a left-censored pass or above a right-censored grid.
+    Every tested ``d`` takes part; an aggregate of ``−inf`` (failed seeds decide it) fails. A
+    ``d`` at which every seed failed (a ``None`` aggregate, or a :class:`DimensionSummary` with
+    no scored seed) is a *failing* ``d``: when a later ``d`` passes, the state is ``crossed``
+    with the failing ``d`` before it as the bracket's lower end — never ``left-censored``, which
+    is only the first tested ``d`` passing.
 
     Args:
-        scores: ``(d, aggregate)`` pairs or :class:`DimensionSummary` (any order; ``None``
-            aggregate: nothing scored, unmeasured).
+        scores: ``(d, aggregate)`` pairs or :class:`DimensionSummary` (any order; aggregate
+            ``None``: every seed failed; ``−inf``: the failed seeds decide the aggregate).
         target: the threshold on the quality scale.
 
     Returns:
-        The :class:`GridCrossing`; the first passing measured ``d`` is the estimate, with no
-        cumulative maximum taken over the scores; state ``unresolved`` when no ``d`` was
-        measured.
+        The :class:`GridCrossing`; the first passing tested ``d`` is the estimate, with no
+        cumulative maximum taken over the scores.
 
     Raises:
-        ValueError: an empty grid, repeated ``d``, or a non-finite target.
+        ValueError: an empty grid, repeated ``d``, a non-finite target, or an aggregate that
+            is NaN or ``+inf``.
 
     Source: seed 003 §0x02G.
     """
-    pairs = [
-        (s.d, s.aggregate) if isinstance(s, DimensionSummary) else (int(s[0]), s[1]) for s in scores
-    ]
-    if not pairs:
+    rows: list[tuple[int, float, bool]] = []  # (d, aggregate, every seed failed)
+    for s in scores:
+        if isinstance(s, DimensionSummary):
+            rows.append((s.d, s.aggregate, s.all_failed))
+        else:
+            d, a = int(s[0]), s[1]
+            rows.append((d, FAILED_SEED_SCORE if a is None else float(a), a is None))
+    if not rows:
         raise ValueError("classify_grid_crossing: scores is empty; allowed: at least one d")
-    dims = [d for d, _ in pairs]
+    dims = [d for d, _, _ in rows]
     if len(set(dims)) != len(dims):
         raise ValueError(f"classify_grid_crossing: repeated d in {dims}")
     if not math.isfinite(target):
         raise ValueError(f"classify_grid_crossing: target={target}; allowed: a finite number")
-    pairs.sort()
-    measured = [(d, a) for d, a in pairs if a is not None and math.isfinite(a)]
-    unmeasured = tuple(d for d, a in pairs if a is None or not math.isfinite(a))
-
-    def note(ds: Sequence[int]) -> str:
-        return f"; unmeasured d = {', '.join(map(str, ds))} (no seed survived)" if ds else ""
-
-    if not measured:
-        return GridCrossing(
-            "unresolved",
-            None,
-            None,
-            f"d90 unresolved (no tested d was measured: no seed survived at d = "
-            f"{', '.join(map(str, unmeasured))})",
-            unmeasured=unmeasured,
-        )
-    passing = [a >= target for _, a in measured]
+    for d, a, _ in rows:
+        if math.isnan(a) or a == math.inf:
+            raise ValueError(
+                f"classify_grid_crossing: aggregate={a} at d={d}; allowed: a finite number, "
+                "-inf or None (every seed failed)"
+            )
+    rows.sort()
+    all_failed = tuple(d for d, _, failed in rows if failed)
+    note = f"; every seed failed at d = {', '.join(map(str, all_failed))}" if all_failed else ""
+    passing = [a >= target for _, a, _ in rows]
     if not any(passing):
-        d_max = measured[-1][0]
         return GridCrossing(
             "right-censored",
             None,
             None,
-            f"d90 > {d_max} / unresolved (right-censored: no measured d passes"
-            f"{note([d for d in unmeasured if d > d_max])})",
-            unmeasured=unmeasured,
+            f"d90 > {rows[-1][0]} / unresolved (right-censored: no tested d passes{note})",
+            all_failed=all_failed,
         )
     first = passing.index(True)
-    after = tuple(d for (d, _), ok in zip(measured[first:], passing[first:], strict=True) if not ok)
+    after = tuple(d for (d, _, _), ok in zip(rows[first:], passing[first:], strict=True) if not ok)
     if first == 0:
-        d_min = measured[0][0]
         return GridCrossing(
             "left-censored",
             None,
             None,
-            f"d90 <= {d_min} (left-censored: the first measured d passes"
-            f"{note([d for d in unmeasured if d < d_min])})",
+            f"d90 <= {rows[0][0]} (left-censored: the first tested d passes{note})",
             after,
-            unmeasured,
+            all_failed,
         )
-    lo, hi = measured[first - 1][0], measured[first][0]
+    lo, hi = rows[first - 1][0], rows[first][0]
     return GridCrossing(
         "crossed",
         hi,
         (lo, hi),
-        f"d90 = {hi} on the tested grid, bracket ({lo}, {hi}]"
-        f"{note([d for d in unmeasured if lo < d < hi])}",
+        f"d90 = {hi} on the tested grid, bracket ({lo}, {hi}]{note}",
         after,
-        unmeasured,
+        all_failed,
     )
 
 
@@ -297,9 +298,9 @@ class IntrinsicDimensionEstimate:
 
 
 SELECTION = (
-    "per (d, seed): the completed trial with the highest selection-split score "
-    "(ties: the first in the declared hyperparameter order); its evaluation-split "
-    "score is S(d, s)"
+    "per (d, seed): max over its scored trials h of the evaluation-split score S(d, s, h) "
+    "(ties: the first in the declared hyperparameter order); a seed with no scored trial "
+    "enters the seed aggregate as -inf (not passing)"
 )
 
 
@@ -318,16 +319,21 @@ def estimate_from_records(
     projections: Mapping[str, Any] | None = None,
     ledger: Mapping[str, Any] | None = None,
 ) -> IntrinsicDimensionEstimate:
-    """The seed's pseudocode (§0x02J) on stored trial records: select, aggregate, classify.
+    """The seed's pseudocode (§0x02J) on stored trial records: best of trials, aggregate, classify.
+
+    Per ``(d, seed)`` the seed's score is ``max_h S(d, s, h)``, the highest evaluation quality
+    over its scored trials (ties: the first record). A seed without a scored trial at ``d``
+    enters ``A_s`` as :data:`FAILED_SEED_SCORE` and counts as not passing; the aggregate always
+    runs over every declared seed.
 
     Args:
-        records: every trial (any order; failed ones are kept and never selected).
+        records: every trial (any order; failed ones are kept and never chosen).
         grid: the declared candidate dimensions; seeds: the declared projection seeds.
         full_score, base_score: the full fine-tuning reference and the base (untrained-
             coordinates) score, metric units.
         rule: the :class:`ThresholdRule`; aggregator: a key of :data:`AGGREGATORS`;
             transform: the metric's :class:`QualityTransform` (scores are transformed before
-            selection, aggregation and comparison).
+            the maximum over trials, aggregation and comparison).
         method, budget, projections, ledger: recorded in the result (§0x02K).
 
     Returns:
@@ -357,17 +363,19 @@ def estimate_from_records(
         summary = DimensionSummary(d)
         at_d = [r for r in records if r.d == d]
         summary.degenerate = bool(at_d) and all(r.status == "degenerate" for r in at_d)
+        per_seed = []
         for s in seeds:
             trials = [r for r in at_d if r.seed == s and r.scored]
             if not trials:
                 summary.failed_seeds.append(s)
+                per_seed.append(FAILED_SEED_SCORE)
                 continue
-            best = max(trials, key=lambda r: transform(r.selection_score))  # first of ties
+            best = max(trials, key=lambda r: transform(r.score))  # max_h S(d, s, h); first of ties
             summary.seed_scores[s] = transform(best.score)
             summary.selected[s] = dict(best.hyperparameters)
-        if summary.seed_scores:
-            summary.aggregate = float(AGGREGATORS[aggregator](list(summary.seed_scores.values())))
-            summary.passes = summary.aggregate >= target
+            per_seed.append(summary.seed_scores[s])
+        summary.aggregate = float(AGGREGATORS[aggregator](per_seed))
+        summary.passes = summary.aggregate >= target
         summaries.append(summary)
     return IntrinsicDimensionEstimate(
         method=method,

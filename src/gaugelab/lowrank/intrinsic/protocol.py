@@ -31,6 +31,7 @@ import torch
 from gaugelab.lowrank.intrinsic.estimate import (
     AGGREGATORS,
     BOUNDARY_STATES,
+    FAILED_SEED_SCORE,
     DimensionSummary,
     GridCrossing,
     IntrinsicDimensionEstimate,
@@ -70,6 +71,7 @@ __all__ = [
     "AGGREGATORS",
     "BOUNDARY_STATES",
     "DENSE_NORMALIZATIONS",
+    "FAILED_SEED_SCORE",
     "FAMILIES",
     "FASTFOOD_NORMALIZATIONS",
     "SPARSE_NORMALIZATIONS",
