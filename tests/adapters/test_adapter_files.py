@@ -309,3 +309,29 @@ def test_adapter_config_round_trips_unknown_fields():
     assert config.target_modules == ("q_proj",)
     out = config.to_json_dict()
     assert {k: out[k] for k in values} == values
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"r": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests 100001 deep; allowed: at most 64"),
+        (json.dumps({**CONFIG, "notes": "x" * (1 << 20)}), "bytes; allowed: at most 1048576"),
+        ('{"r": 2', "is not valid JSON"),
+    ],
+    ids=["deep", "large", "truncated"],
+)
+def test_a_hostile_config_is_refused_in_one_line_before_it_is_parsed(tmp_path, text, message):
+    A, B = factor_pair()
+    files = {KEY.format("blocks.0.attn.q_proj", "A"): A, KEY.format("blocks.0.attn.q_proj", "B"): B}
+    folder = write(tmp_path / "a", files, CONFIG)
+    (folder / "adapter_config.json").write_text(text)
+    with pytest.raises(ValueError, match=message) as error:
+        Adapter.load(folder)
+    assert "\n" not in str(error.value)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
+    A, B = factor_pair()
+    files = {KEY.format("blocks.0.attn.q_proj", "A"): A, KEY.format("blocks.0.attn.q_proj", "B"): B}
+    folder = write(tmp_path / "a", files, {**CONFIG, "notes": '[[[{"\\"' * 100})
+    assert Adapter.load(folder).config.r == 2

@@ -34,6 +34,12 @@ HALVES = {"lora_A": ".lora_A.weight", "lora_B": ".lora_B.weight"}
 EMBEDDING_HALVES = {"lora_A": ".lora_embedding_A", "lora_B": ".lora_embedding_B"}
 DORA = ".lora_magnitude_vector"
 RECORDS_FORMAT = "gaugelab-factor-records"
+CONFIG_LIMIT = 1 << 20
+"""The largest ``adapter_config.json`` read, in bytes (PEFT writes about a kilobyte)."""
+RECORDS_LIMIT = 256 << 20
+"""The largest ``gaugelab_factor_records.json`` read, in bytes (a 7B adapter's is ~1 MB)."""
+JSON_DEPTH_LIMIT = 64
+"""The deepest nesting of objects and arrays read (PEFT's config nests three deep)."""
 
 
 class FactorFile(NamedTuple):
@@ -94,16 +100,57 @@ def _pickle_refusal(owner: str, path: Path) -> str:
     )
 
 
+def _nesting(text: str) -> int:
+    """The deepest nesting of ``[`` / ``{`` in JSON ``text``, strings skipped."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def read_json(file: Path, *, owner: str, limit: int) -> Any:
+    """The parsed JSON of ``file``, refused before parsing when it is larger than ``limit``
+    bytes or nests deeper than :data:`JSON_DEPTH_LIMIT` (a hostile file would otherwise take
+    the memory or the parser's recursion).
+
+    Raises:
+        ValueError: the file is too large, too deep, not UTF-8 or not valid JSON; the message
+            names the file and the limit.
+    """
+    size = file.stat().st_size
+    if size > limit:
+        raise ValueError(f"{owner}: {file} is {size} bytes; allowed: at most {limit} bytes")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{owner}: {file} is not valid JSON ({e})") from None
+    if (depth := _nesting(text)) > JSON_DEPTH_LIMIT:
+        raise ValueError(
+            f"{owner}: {file} nests {depth} deep; allowed: at most {JSON_DEPTH_LIMIT} levels"
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{owner}: {file} is not valid JSON ({e})") from None
+
+
 def read_config(folder: Path, *, owner: str) -> dict[str, Any]:
     """The parsed ``adapter_config.json`` of ``folder``.
 
     Raises:
-        ValueError: the file is not valid JSON.
+        ValueError: the file is larger than :data:`CONFIG_LIMIT`, nests deeper than
+            :data:`JSON_DEPTH_LIMIT`, or is not valid JSON.
     """
-    try:
-        return json.loads((folder / CONFIG).read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{owner}: {folder / CONFIG} is not valid JSON ({e})") from None
+    return read_json(folder / CONFIG, owner=owner, limit=CONFIG_LIMIT)
 
 
 def read_factors(folder: Path, *, owner: str) -> FactorFile:
@@ -197,15 +244,13 @@ def read_records(folder: Path, *, owner: str) -> dict[str, dict[str, Any]] | Non
     """Module → record fields from ``gaugelab_factor_records.json``, or None when absent.
 
     Raises:
-        ValueError: the file is not valid JSON or not of this format.
+        ValueError: the file is too large or deep (:func:`read_json`), not valid JSON or not
+            of this format.
     """
     file = folder / RECORDS
     if not file.is_file():
         return None
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{owner}: {file} is not valid JSON ({e})") from None
+    data = read_json(file, owner=owner, limit=RECORDS_LIMIT)
     if not isinstance(data, dict) or data.get("format") != RECORDS_FORMAT:
         raise ValueError(f"{owner}: {file} is not a {RECORDS_FORMAT} file")
     modules = data.get("modules")
