@@ -378,3 +378,16 @@ def test_show_shortens_a_specs_long_lists_unless_asked_for_the_full_spec(tmp_pat
     full = invoke("runs", "show", spec.identity()[:8], "--store", path, "--full-spec")
     assert full.exit_code == 0, full.output
     assert "  19\n" in full.output and "more" not in full.output.split("attempts")[0]
+
+
+def test_control_characters_in_a_study_name_are_printed_escaped(tmp_path):
+    path, name = tmp_path / "store.sqlite", "evil\x1b]0;pwned\x07\x1b[31m\rname"
+    with RunStore(path) as store:
+        store.add_study(name, ToySpec())
+        store.register_run(Manifest.for_spec(ToySpec(x=7.0)), study=name)
+    identity = ToySpec(x=7.0).identity()
+    for args in (("runs", "list"), ("runs", "show", identity[:8])):
+        result = invoke(*args, "--store", path)
+        assert result.exit_code == 0, result.output
+        assert not any(c in result.output for c in "\x1b\x07\r"), repr(result.output)
+        assert r"evil\x1b]0;pwned\x07\x1b[31m\rname" in result.output.replace("\n", "")

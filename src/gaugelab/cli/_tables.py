@@ -4,6 +4,7 @@ caption longer than a narrow table printed at the console's width beside it."""
 from __future__ import annotations
 
 import numbers
+import unicodedata
 
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -12,6 +13,16 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from gaugelab.study.report.builder import Table, format_number
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character escaped (``\\x1b``, ``\\n``), so a name from a
+    store or a file can never move the cursor, retitle the terminal or recolour what follows."""
+    if text.isprintable():
+        return text
+    return "".join(
+        repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text
+    )
 
 
 def _is_number(cell: object) -> bool:
@@ -119,18 +130,18 @@ class FittedTable:
         title: str | None,
         caption: str | None,
     ) -> RichTable:
-        out = RichTable(title=Text(title) if title else None,
-                        caption=Text(caption) if caption else None)  # fmt: skip
+        out = RichTable(title=Text(printable(title)) if title else None,
+                        caption=Text(printable(caption)) if caption else None)  # fmt: skip
         for j, i in enumerate(columns):
             label = i < self.label_columns  # its width holds its longest cell: never wrapped
             out.add_column(
-                Text(self.table.columns[i]),
+                Text(printable(self.table.columns[i])),
                 justify="right" if self._numeric[i] and not label else "left",
                 overflow="fold",
                 width=None if widths is None else widths[j],
             )
         for row in self._cells:
-            out.add_row(*(Text(row[i]) for i in columns))
+            out.add_row(*(Text(printable(row[i])) for i in columns))
         return out
 
 

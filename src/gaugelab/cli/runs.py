@@ -22,7 +22,7 @@ from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._run_labels import trains
 from gaugelab.cli._run_lookup import MIN_PREFIX, check_study, find_run, open_store
-from gaugelab.cli._tables import rich_table
+from gaugelab.cli._tables import printable, rich_table
 from gaugelab.study.report.builder import Table as ReportTable
 from gaugelab.study.report.builder import new_report_dir
 
@@ -56,8 +56,9 @@ def _console() -> Console:
 
 
 def _t(value: object) -> Text:
-    """Plain text for a table cell: store strings are never read as rich markup."""
-    return Text("—" if value is None else str(value))
+    """Plain text for a table cell: store strings are never read as rich markup, and their
+    control characters are escaped."""
+    return Text("—" if value is None else printable(str(value)))
 
 
 SPEC_LIST_MAX = 8
@@ -101,7 +102,7 @@ def list_runs(
     console = _console()
     console.print(table)
     if not runs:
-        console.print(Text("no runs" + (f" in study {study}" if study is not None else "")))
+        console.print(_t("no runs" + (f" in study {study}" if study is not None else "")))
 
 
 def show_run(
