@@ -5,6 +5,7 @@ composed adapters in PEFT format (read back by PEFT itself)."""
 
 import dataclasses
 import json
+import math
 import os
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 from gaugelab.adapters import Adapter, AdapterModule
 from gaugelab.lowrank.composition.adapters import compose_adapters
+from gaugelab.lowrank.composition.interference import frobenius_inner
 from gaugelab.lowrank.composition.ledger import (
     compose_static,
     compress,
@@ -19,6 +21,7 @@ from gaugelab.lowrank.composition.ledger import (
     staged_expansion_report,
     static_merge_exists,
 )
+from gaugelab.lowrank.spectra.factored import as_update
 from gaugelab.models import Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora
 
@@ -106,6 +109,18 @@ def test_frobenius_cross_term_and_sampled_output_interference():
     assert float(cancel.row.min_rank_overlap) == pytest.approx(1.0, abs=EXACT)
     novel = interference(rank_one(F[0], E[0]), rank_one(F[1], E[1]))
     assert novel.cross_term == 0.0 and float(novel.column.min_rank_overlap) == 0.0
+
+
+def test_the_cosine_of_parallel_float32_updates_is_one_where_their_norms_overflow():
+    gen = torch.Generator().manual_seed(0)
+    B = (0.5 + torch.rand(64, 4, generator=gen)) * 1e17  # ΔW ~ 1e34 fits float32, ‖ΔW‖² not
+    A = (0.5 + torch.rand(4, 48, generator=gen)) * 1e17
+    assert torch.isinf(frobenius_inner(as_update((B, A), "t", "x"), as_update((B, A), "t", "x")))
+    parallel = interference((B, A, 1.0), (2 * B, A, 0.5))  # the same ΔW, twice written
+    assert parallel.cosine == pytest.approx(1.0, abs=1e-6)  # float32 factors, float64 products
+    opposite = interference((B, A, 1.0), (B, A, -3.0))
+    assert opposite.cosine == pytest.approx(-1.0, abs=1e-6)
+    assert math.isnan(interference((B, A, 1.0), (B, A, 0.0)).cosine)  # a zero update
 
 
 def test_gated_composition_has_no_static_merge():

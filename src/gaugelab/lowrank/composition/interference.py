@@ -11,7 +11,7 @@ import torch
 from gaugelab.lowrank.spectra.factored import Update, as_update, scaled
 from gaugelab.lowrank.subspaces.compare import SubspaceComparison, compare_updates
 
-__all__ = ["Interference", "frobenius_inner", "interference"]
+__all__ = ["Interference", "frobenius_cosine", "frobenius_inner", "interference"]
 
 
 def frobenius_inner(u: Update, v: Update) -> torch.Tensor:
@@ -36,7 +36,8 @@ class Interference:
         cross_term: ``2⟨ΔW_1, ΔW_2⟩_F`` (positive: amplification; negative: cancellation).
         sum_squared: ``‖ΔW_1 + ΔW_2‖_F²``, computed from the sum itself (concatenated
             factors), so ``sum_squared = norm1² + norm2² + cross_term`` is a check.
-        cosine: ``⟨ΔW_1, ΔW_2⟩_F / (‖ΔW_1‖_F ‖ΔW_2‖_F)`` (NaN when one is zero).
+        cosine: ``⟨ΔW_1, ΔW_2⟩_F / (‖ΔW_1‖_F ‖ΔW_2‖_F)`` (NaN when one is zero), in float64
+            whatever the updates' dtype (:func:`frobenius_cosine`).
         output_cross_term: ``(2/N) Σ_x ⟨ΔW_1 x, ΔW_2 x⟩`` on the given activations, or ``None``.
         output_cosine: ``⟨X ΔW_1ᵀ, X ΔW_2ᵀ⟩_F / (‖X ΔW_1ᵀ‖_F ‖X ΔW_2ᵀ‖_F)``, or ``None``.
         output_sum_squared: ``(1/N)‖X (ΔW_1 + ΔW_2)ᵀ‖_F²``, or ``None``.
@@ -58,6 +59,31 @@ class Interference:
 
 def _cos(inner: float, a: float, b: float) -> float:
     return inner / math.sqrt(a * b) if a > 0 and b > 0 else math.nan
+
+
+def _unit(w: Update) -> Update:
+    """``w`` in float64, each factor divided by its largest magnitude and the scale by its
+    own: the same direction, every product of magnitude at most ``r`` (no overflow)."""
+
+    def unit(X: torch.Tensor) -> torch.Tensor:
+        X = X.double()
+        peak = X.abs().max()
+        return X / peak if peak > 0 else X
+
+    if w.dense is not None:
+        return Update(unit(w.dense), None, None, 1.0)
+    sign = math.copysign(1.0, float(w.scale)) if float(w.scale) != 0 else 0.0
+    return Update(None, unit(w.B), unit(w.A), sign)  # type: ignore[arg-type]
+
+
+def frobenius_cosine(u: Update, v: Update) -> float:
+    """``⟨ΔW_u, ΔW_v⟩_F / (‖ΔW_u‖_F ‖ΔW_v‖_F)`` from the factors (``B A`` unformed), in
+    float64 on factors scaled to unit peak, so factors of any magnitude a float32 holds
+    (``1e38``) give the cosine, not ``0`` or NaN from an overflowed inner product; NaN when
+    one update is zero."""
+    u, v = _unit(u), _unit(v)
+    return _cos(float(frobenius_inner(u, v)), float(frobenius_inner(u, u)),
+                float(frobenius_inner(v, v)))  # fmt: skip
 
 
 def interference(
@@ -120,7 +146,7 @@ def interference(
         out_sum = float((Y1 + Y2).square().sum()) / n_samples
     return Interference(
         row=spans.row, column=spans.column, norm1_squared=n1, norm2_squared=n2,
-        cross_term=2 * inner, sum_squared=total, cosine=_cos(inner, n1, n2),
+        cross_term=2 * inner, sum_squared=total, cosine=frobenius_cosine(u, v),
         output_cross_term=out_cross, output_cosine=out_cos, output_sum_squared=out_sum,
         n_samples=n_samples,
     )  # fmt: skip
