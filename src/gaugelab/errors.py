@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["TERMINATION_CLASSES", "NonFiniteError"]
+__all__ = ["TERMINATION_CLASSES", "NonFiniteError", "OptimizerFailure"]
 
 TERMINATION_CLASSES: tuple[str, ...] = (
     "completed",
@@ -23,3 +23,24 @@ class NonFiniteError(FloatingPointError):
     Raised before anything is modified, so the state that produced it can be inspected. The run
     harness records it as the attempt's termination class ``numerical_failure``.
     """
+
+
+class OptimizerFailure(RuntimeError):
+    """The optimizer under test raised, or broke the parameters it was given, in one phase.
+
+    Raised by :func:`gaugelab.equivariance.check_equivariance` for a user's optimizer whose
+    constructor or ``step()`` raises anything but a :class:`NonFiniteError` (a shape mismatch
+    inside the rule, a missing parameter-group flag, ``NotImplementedError``), or whose
+    ``step()`` rebinds a parameter to another shape. ``str()`` is one line:
+    ``"<optimizer>: <phase>: <ExceptionType>: <message>"``.
+
+    Attributes:
+        optimizer: the optimizer's name as the check reports it.
+        phase: ``"construct"`` or ``"step k"`` (1-based), with the twin being run.
+        reason: the exception's type and first line, or what the step broke.
+        hint: what the optimizer appears to need (``""`` when nothing is known).
+    """
+
+    def __init__(self, optimizer: str, phase: str, reason: str, hint: str = "") -> None:
+        self.optimizer, self.phase, self.reason, self.hint = optimizer, phase, reason, hint
+        super().__init__(f"{optimizer}: {phase}: {reason}" + (f" ({hint})" if hint else ""))

@@ -85,3 +85,40 @@ def test_ctrl_c_stops_a_long_check_with_one_line_and_exit_code_130(workdir):
     assert process.returncode == 130, (out, err)
     assert err.splitlines()[-1] == "interrupted" and "Traceback" not in err, err
     assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("target", "fragments"),
+    [
+        ("myopts:RaisesInStep", ("step 3 of the base run", "RuntimeError: The size of tensor a",
+                                 "other parameter shapes")),
+        ("myopts:NeedsFlags", ("step 1 of the base run", "KeyError: 'use_muon'",
+                               "parameter groups flagged")),
+        ("myopts:RaisesInConstructor", ("construct", "KeyError: 'betas'")),
+        ("myopts:NotImplementedStep", ("step 1", "NotImplementedError", "not implemented")),
+        ("myopts:Rebinds", ("step 1", "parameter 0 became (18,); it was (6, 3)", "in place")),
+        ("myopts:NeedsHessian", ("step 1", "second-order gradients",)),
+    ],
+    ids=["step-raises", "group-flags", "constructor", "not-implemented", "rebinds", "hessian"],
+)  # fmt: skip
+def test_an_optimizer_that_fails_gets_one_line_verdict_error_and_exit_code_4(
+    workdir, target, fragments
+):
+    result = gaugelab_check(workdir, target, "--steps", "3", "--draws", "1")
+    assert result.returncode == 4, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {target}: "), result.stderr
+    assert lines[0].endswith("; verdict: error"), lines[0]
+    assert all(f in lines[0] for f in fragments), lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_json_reports_a_failed_optimizer_with_verdict_error_phase_and_reason(workdir):
+    import json
+
+    result = gaugelab_check(workdir, "myopts:RaisesInStep", "--steps", "3", "--json")
+    assert result.returncode == 4, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "error" and report["phase"] == "step 3 of the base run"
+    assert report["reason"].startswith("RuntimeError: The size of tensor a (6)")
+    assert report["optimizer"] == "myopts:RaisesInStep"

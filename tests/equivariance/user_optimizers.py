@@ -46,3 +46,64 @@ class ColumnNormalisedSGD(ClosureFreeSGD):
 
 class NotAnOptimizer:
     """A class that is not a torch.optim.Optimizer."""
+
+
+class RaisesInStep(ClosureFreeSGD):
+    """A rule whose third step fails inside, as a shape bug in a foreign optimizer does."""
+
+    def step(self, closure=None):
+        self.state.setdefault("t", 0)
+        self.state["t"] += 1
+        if self.state["t"] == 3:
+            raise RuntimeError("The size of tensor a (6) must match the size of tensor b (3)")
+        super().step()
+
+
+class NeedsFlags(ClosureFreeSGD):
+    """A Muon-style rule that reads a flag its parameter groups must declare."""
+
+    def __init__(self, params, lr=1e-2):
+        super().__init__(params, lr)
+        for group in self.param_groups:
+            group.pop("use_muon", None)
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            if group["use_muon"]:
+                super().step()
+
+
+class RaisesInConstructor(ClosureFreeSGD):
+    """A constructor that raises something other than a ValueError."""
+
+    def __init__(self, params, lr=1e-2):
+        raise KeyError("betas")
+
+
+class NotImplementedStep(ClosureFreeSGD):
+    """A ``step`` left abstract."""
+
+    def step(self, closure=None):
+        raise NotImplementedError
+
+
+class Rebinds(ClosureFreeSGD):
+    """A step that replaces each parameter's data with another shape."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.data = p.data.flatten()
+
+
+class NeedsHessian(ClosureFreeSGD):
+    """A Hessian method: it differentiates the gradient, which needs create_graph=True."""
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad.grad_fn is None:
+                    raise RuntimeError(
+                        "gradient tensors have no graph: call backward(create_graph=True)"
+                    )

@@ -1,6 +1,7 @@
 """``gaugelab check OPTIMIZER``: certify gauge equivariance with the twin triplet."""
 
 import ast
+import json
 from typing import Annotated, Any
 
 import typer
@@ -10,8 +11,8 @@ from rich.table import Table
 from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import working
 from gaugelab.cli._defaults import GROUP_NAMES, PROBLEM_NAMES
-from gaugelab.cli._errors import fail, guarded
-from gaugelab.errors import NonFiniteError
+from gaugelab.cli._errors import OPTIMIZER_FAILED, fail, guarded
+from gaugelab.errors import NonFiniteError, OptimizerFailure
 
 console = Console()
 torch = LazyModule("torch")
@@ -115,7 +116,9 @@ def check(
     gives a verdict: equivariant, breaks, precision-limited, nondeterministic or inconclusive.
     The check computes the gradients itself before every step(), so an optimizer whose step()
     ignores the closure, or takes none, is checked too; one that does not move the parameters
-    is inconclusive, never equivariant.
+    is inconclusive, never equivariant. An optimizer that raises (in its constructor or a
+    step) or rebinds a parameter gets one line naming the phase, verdict ``error``, exit code
+    4 (docs/errors.md).
     """
     if dtype not in DTYPES:
         raise fail(f"--dtype {dtype!r}; allowed: {', '.join(DTYPES)}")
@@ -148,6 +151,14 @@ def check(
     except NonFiniteError as exc:
         what = str(exc).removeprefix("check_equivariance: ")
         raise fail(f"the run diverged ({what}); try a smaller learning rate, --opt lr=…") from None
+    except OptimizerFailure as exc:
+        if as_json:
+            typer.echo(json.dumps({"optimizer": exc.optimizer, "verdict": verdicts.ERROR,
+                                   "phase": exc.phase, "reason": exc.reason, "hint": exc.hint,
+                                   "group": group, "problem": problem}))  # fmt: skip
+        else:
+            typer.echo(f"error: {exc}; verdict: {verdicts.ERROR}", err=True)
+        raise typer.Exit(code=OPTIMIZER_FAILED) from None
     if as_json:
         typer.echo(report.to_json())
         return

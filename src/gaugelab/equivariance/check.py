@@ -34,7 +34,7 @@ from gaugelab.equivariance.verdicts import (
     NONDETERMINISTIC,
     PRECISION_LIMITED,
 )
-from gaugelab.errors import NonFiniteError
+from gaugelab.errors import NonFiniteError, OptimizerFailure
 from gaugelab.gauge import GROUPS, Group, make_group
 from gaugelab.optim import OPTIMIZERS, claim
 
@@ -88,22 +88,59 @@ def _closure_style(step: Callable) -> str | None:
     return None
 
 
-def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str):
+def _reason(exc: BaseException) -> str:
+    """``"Type: first line of the message"``."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+_HINTS = (
+    (("create_graph", "hessian", "second order", "second-order"),
+     "it needs second-order gradients (backward(create_graph=True)), which the check does "
+     "not compute"),
+    (("use_muon",), "it needs parameter groups flagged for it (use_muon=…); see its docs"),
+    ((" shape", "size mismatch", "must match the size"),
+     "it may expect other parameter shapes (e.g. 2-D only, or a fixed layout)"),
+)  # fmt: skip
+"""Words in an optimizer's error → what it appears to need."""
+
+
+def _hint(exc: BaseException) -> str:
+    text = f"{type(exc).__name__} {exc}".lower()
+    for words, hint in _HINTS:
+        if any(w in text for w in words):
+            return hint
+    if isinstance(exc, NotImplementedError):
+        return "its step() is not implemented"
+    return ""
+
+
+def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str, name: str,
+         twin: str):  # fmt: skip
     """``steps`` steps from ``initial``; the check itself sets every gradient before each step.
 
     Returns ``(trajectory, missing)``: the parameters after each step, and the indices of the
     parameters whose gradient was ``None`` after a backward pass. ``label`` names the optimizer
-    and the problem in the error raised when the optimizer refuses the parameters.
+    and the problem, ``name`` the optimizer and ``twin`` the run, in the errors raised.
+
+    Raises:
+        ValueError: the optimizer refuses the parameters (a ``ValueError`` from its
+            constructor).
+        OptimizerFailure: the constructor raised anything else, or ``step()`` raised, or
+            rebound a parameter to another shape.
+        NonFiniteError: a non-finite loss, gradient or parameter.
     """
     params = [p.clone().requires_grad_(True) for p in initial]
+    shapes = [tuple(p.shape) for p in params]
     try:
         opt = factory(params)
     except ValueError as exc:
-        shapes = ", ".join(str(tuple(p.shape)) for p in params)
         raise ValueError(
             f"check_equivariance: {label}: the optimizer refuses the problem's {len(params)} "
-            f"parameters ({shapes}): {exc}"
+            f"parameters ({', '.join(map(str, shapes))}): {exc}"
         ) from None
+    except Exception as exc:  # a user's constructor: anything it raises is its failure
+        raise OptimizerFailure(name, "construct", _reason(exc), _hint(exc)) from exc
     style = _closure_style(opt.step)
     missing: set[int] = set()
     step = 0
@@ -129,12 +166,25 @@ def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str):
     trajectory = []
     for step in range(1, steps + 1):
         gradients()  # whether or not step() calls the closure, the gradients are set
-        if style == "positional":
-            opt.step(gradients)
-        elif style == "keyword":
-            opt.step(closure=gradients)
-        else:
-            opt.step()
+        try:
+            if style == "positional":
+                opt.step(gradients)
+            elif style == "keyword":
+                opt.step(closure=gradients)
+            else:
+                opt.step()
+        except NonFiniteError:
+            raise  # the closure's own finding: a diverged run, not a broken optimizer
+        except Exception as exc:
+            raise OptimizerFailure(name, f"step {step} of {twin}", _reason(exc),
+                                   _hint(exc)) from exc  # fmt: skip
+        for i, (p, shape) in enumerate(zip(params, shapes, strict=True)):
+            if tuple(p.shape) != shape:
+                raise OptimizerFailure(
+                    name, f"step {step} of {twin}",
+                    f"parameter {i} became {tuple(p.shape)}; it was {shape}",
+                    "an optimizer must update its parameters in place",
+                )  # fmt: skip
         if not all(bool(torch.isfinite(p).all()) for p in params):
             raise NonFiniteError(f"check_equivariance: step {step} made a parameter non-finite")
         trajectory.append([p.detach().clone() for p in params])
@@ -212,6 +262,10 @@ def check_equivariance(
         TypeError: the optimizer is not a ``torch.optim.Optimizer`` subclass (the message
             names it).
         NonFiniteError: a run produced a NaN/inf loss, gradient or parameter.
+        OptimizerFailure: a user's optimizer raised in its constructor (anything but a
+            ``ValueError``) or in ``step()``, or rebound a parameter to another shape: one
+            line naming the optimizer, the phase (``construct``, ``step k`` and the twin) and
+            the exception.
 
     Source: singh2026lossbasis, Def. 3.1 (gauge equivariance) and §6 (the twin triplet).
     """
@@ -245,26 +299,26 @@ def check_equivariance(
 
     missing: set[int] = set()
 
-    def run(start):
-        trajectory, no_grad = _run(
-            factory, task, start, steps, f"{name} on the {problem!r} problem"
-        )
+    def run(start, twin):
+        label = f"{name} on the {problem!r} problem"
+        trajectory, no_grad = _run(factory, task, start, steps, label, name, twin)
         missing.update(no_grad)
         return trajectory
 
-    base = run(initial)
-    identity_row = compare(run(task.transform(initial, task.identity())), base)
+    base = run(initial, "the base run")
+    identity_row = compare(run(task.transform(initial, task.identity()), "the identity twin"),
+                           base)  # fmt: skip
     distances: dict[str, list[list[float]]] = {t: [] for t in TWINS}
     factor_distances = []
     for _ in range(draws):
         A = task.sample(G, gen)
-        gauge = run(task.transform(initial, A))
+        gauge = run(task.transform(initial, A), "a gauge twin")
         noisy = [
             p + noise_scale * torch.randn(p.shape, generator=gen, dtype=dtype) for p in initial
         ]
         distances["gauge"].append(compare(gauge, base))
         distances["identity"].append(list(identity_row))
-        distances["noise"].append(compare(run(noisy), base))
+        distances["noise"].append(compare(run(noisy, "a noise twin"), base))
         factor_distances.append(
             [
                 float(relative_distance(torch.cat([x.flatten() for x in task.align(p, A)]),

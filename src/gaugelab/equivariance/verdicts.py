@@ -44,6 +44,9 @@ NONDETERMINISTIC = "nondeterministic"
 INCONCLUSIVE = "inconclusive"
 BASIS_SENSITIVE = "basis-sensitive"
 CHAOTIC = "equivariant-then-chaotic"
+ERROR = "error"
+"""Not a measurement: the optimizer under test raised (:class:`gaugelab.errors.OptimizerFailure`),
+so no twin could be compared; ``gaugelab check --json`` reports it with the phase and reason."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ __all__ = [
     "CHECK_TO_TWINS",
     "CHECK_VERDICTS",
     "EQUIVARIANT",
+    "ERROR",
     "INCONCLUSIVE",
     "NONDETERMINISTIC",
     "PRECISION_LIMITED",
