@@ -24,7 +24,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
 from gaugelab._lazy import LazyModule
-from gaugelab.cli._errors import RESUME, check_location, environment_message, fail, interrupted
+from gaugelab.cli._errors import (
+    RESUME,
+    RUNS_FAILED,
+    check_location,
+    environment_message,
+    fail,
+    interrupted,
+)
 from gaugelab.cli._tables import rich_table
 from gaugelab.errors import NonFiniteError
 from gaugelab.study.report.builder import Table
@@ -278,7 +285,13 @@ def print_outcome(
     label_columns: int = 0,
 ) -> None:
     """Print a study's reused / resumed runs, tables, notes (e.g. verdicts), failures and
-    report path."""
+    report path.
+
+    Raises:
+        typer.Exit: code :data:`~gaugelab.cli._errors.RUNS_FAILED` (3) when a run did not
+            complete, after everything is printed (so a script never reads a partial study
+            as a success, and the command prints no advice to inspect what failed).
+    """
     if outcome.sweep.skipped:
         console.print(
             f"{len(outcome.sweep.skipped)} run(s) were already completed in the store: reused"
@@ -289,7 +302,14 @@ def print_outcome(
         console.print(rich_table(table, label_columns=label_columns))
     for note in notes:
         console.print(note)
-    for run in outcome.result.failures:
+    failures = outcome.result.failures
+    for run in failures:
         console.print(failure_line(run.identity, run.termination, run.message))
     if outcome.report is not None:
         console.print(Text(f"report: {outcome.report}"))
+    if failures:
+        console.print(Text(
+            f"{count(len(failures), 'run')} did not complete (above, each with its cause); "
+            "the tables hold what completed", style="red",
+        ))  # fmt: skip
+        raise typer.Exit(code=RUNS_FAILED)

@@ -5,7 +5,10 @@
 - the environment (a full disk, a read-only folder, ``--store`` under a regular file, an
   SQLite refusal): ``error: <path>: <what happened>; <what to do>`` and exit code 2
   (:func:`environment_message`);
-- Ctrl-C: ``interrupted…`` and exit code 130 (:func:`interrupted`).
+- Ctrl-C: ``interrupted…`` and exit code 130 (:func:`interrupted`);
+- a study whose runs did not all complete: its tables, each failed run's line, and exit code 3
+  (:data:`RUNS_FAILED`); ``gaugelab check`` of an optimizer that raised: exit code 4
+  (:data:`OPTIMIZER_FAILED`). Every code: docs/errors.md.
 
 :func:`guarded` applies the last two to a whole command; ``gaugelab`` guards every command
 (cli/app.py).
@@ -27,6 +30,12 @@ import typer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+USAGE = 2
+"""Exit code of a refusal: bad input, or a failure of the machine (docs/errors.md)."""
+RUNS_FAILED = 3
+"""Exit code of a study some of whose runs did not complete (their failures are printed)."""
+OPTIMIZER_FAILED = 4
+"""Exit code of ``gaugelab check`` when the optimizer under test raised (verdict ``error``)."""
 INTERRUPTED = 130
 """Exit code after Ctrl-C (128 + SIGINT), as a shell reports it."""
 RESUME = "rerun the same command to resume from the last checkpoints"
@@ -47,7 +56,7 @@ def fail(error: str | Exception, options: Mapping[str, str] | None = None) -> ty
     else:
         message = option_message(str(error), options or {})
     typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code=2)
+    return typer.Exit(code=USAGE)
 
 
 def is_validation_error(error: object) -> bool:
