@@ -97,34 +97,43 @@ def test_loss_and_metrics_are_batched_over_members(reference64):
     # W = 2X* → residual y, so the loss is mean(y²); W = 0 → residual −y, the same
     torch.testing.assert_close(loss[1:], (reference64.y**2).mean().expand(2), rtol=1e-12, atol=0)
     torch.testing.assert_close(reference64.recovery_error(W), torch.tensor([0.0, 1, 1], dtype=F64))
-    erank = reference64.effective_rank(W.reshape(3, 1, 40, 40))
+    erank = reference64.effective_rank(W.reshape(3, 1, 40, 40), convention="roy_vetterli")
     assert erank.shape == (3, 1)
+    # the method passes its convention through to the function
+    assert torch.equal(erank[:, 0], effective_rank(W, convention="roy_vetterli"))
+    assert torch.equal(reference64.effective_rank(W), effective_rank(W, convention="energy"))
     U, V = reference64.init_factors()
     b = reference64.balancedness(torch.stack([U, V]), torch.stack([U, U]))
     assert float(b[0]) == 0.0  # member 0 is (U, U)
     assert float(b[1]) > 0
 
 
-def test_effective_rank_of_singular_values_1_1_0_is_2_exactly():
-    # p = (½, ½, 0, …): H = log 2, exp H = 2
+@pytest.mark.parametrize("convention", ["energy", "roy_vetterli"])
+def test_effective_rank_of_singular_values_1_1_0_is_2_exactly(convention):
+    # p = (½, ½, 0, …) in both conventions: H = log 2, exp H = 2
     W = torch.diag(torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0], dtype=F64))
-    assert float(effective_rank(W)) == 2.0
+    assert float(effective_rank(W, convention=convention)) == 2.0
 
 
-def test_effective_rank_of_identity_3_is_3():
-    assert float(effective_rank(torch.eye(3, dtype=F64))) == pytest.approx(3.0, abs=1e-14)
+@pytest.mark.parametrize("convention", ["energy", "roy_vetterli"])
+def test_effective_rank_of_identity_3_is_3(convention):
+    got = float(effective_rank(torch.eye(3, dtype=F64), convention=convention))
+    assert got == pytest.approx(3.0, abs=1e-14)
 
 
-def test_effective_rank_uses_singular_values_not_their_squares():
-    # σ = (2, 1): p = (2/3, 1/3); squared would give p = (4/5, 1/5)
-    p = torch.tensor([2 / 3, 1 / 3], dtype=F64)
-    expected = torch.exp(-(p * p.log()).sum())
+def test_roy_vetterli_effective_rank_uses_singular_values_not_their_squares():
+    # σ = (2, 1): p = (2/3, 1/3); squared (the energy convention) gives p = (4/5, 1/5)
     W = torch.diag(torch.tensor([2.0, 1.0], dtype=F64))
-    torch.testing.assert_close(effective_rank(W), expected, rtol=1e-14, atol=0)
+    for convention, p in (("roy_vetterli", [2 / 3, 1 / 3]), ("energy", [4 / 5, 1 / 5])):
+        p = torch.tensor(p, dtype=F64)
+        expected = torch.exp(-(p * p.log()).sum())
+        got = effective_rank(W, convention=convention)
+        torch.testing.assert_close(got, expected, rtol=1e-14, atol=0)
 
 
 def test_effective_rank_of_zero_matrix_is_zero():
-    assert float(effective_rank(torch.zeros(4, 4, dtype=F64))) == 0.0
+    for convention in ("energy", "roy_vetterli"):
+        assert float(effective_rank(torch.zeros(4, 4, dtype=F64), convention=convention)) == 0.0
 
 
 def test_balancedness_is_frobenius_norm_of_gram_difference():

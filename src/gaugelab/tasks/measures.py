@@ -5,29 +5,44 @@ from __future__ import annotations
 
 import torch
 
+from gaugelab.linalg.entropy import ENTROPY_CONVENTIONS, entropy_effective_rank
 
-def effective_rank(W: torch.Tensor) -> torch.Tensor:
-    """Roy–Vetterli effective rank ``exp(H(p))``, ``p = σ / Σσ`` (singular values, not squared).
+
+def effective_rank(W: torch.Tensor, *, convention: str = "energy") -> torch.Tensor:
+    """Entropy effective rank ``exp(−Σ p_i ln p_i)`` of the singular values ``σ`` of ``W``.
+
+    Two conventions, never one label (seed 003 §0x04J): ``"energy"`` (the default, seed 003's
+    ``r_ent``) normalises the squared singular values, ``p = σ² / Σσ²``;
+    ``"roy_vetterli"`` normalises the singular values, ``p = σ / Σσ`` (roy2007effective, the
+    metric of the sensing experiments, docs/protocols.md §3). ``diag(4, 3, 2, 1)`` gives
+    ≈ 2.9402 and ≈ 3.5961 respectively. The same statistics as
+    :mod:`gaugelab.lowrank.spectra.ranks`' ``effective_rank_energy`` and
+    ``effective_rank_roy_vetterli`` (one implementation,
+    :func:`gaugelab.linalg.entropy_effective_rank`), as bare values.
 
     Args:
         W: ``[..., d1, d2]`` floating tensor; leading dims are a batch.
+        convention: ``"energy"`` or ``"roy_vetterli"``.
 
     Returns:
-        ``[...]`` in ``W``'s dtype, between 1 and ``min(d1, d2)``; ``0 log 0 = 0``, so zero
-        singular values do not count. An all-zero matrix gets 0 (**ours**: rank 0).
+        ``[...]`` in ``W``'s dtype, between 1 and ``rank(W)``; ``0 log 0 = 0``, so zero
+        singular values do not count. An all-zero matrix gets 0 (no distribution is invented).
 
     Raises:
-        ValueError: ``W`` has fewer than two dimensions.
+        ValueError: ``W`` has fewer than two dimensions; an unknown ``convention``.
 
-    Source: roy2007effective (Def. 1); docs/protocols.md §3 (effective rank of ``U Vᵀ``).
+    Source: seed 003 §0x00I (``r_ent``), §0x04J; roy2007effective (Def. 1); docs/protocols.md
+    §3 (effective rank of ``U Vᵀ``).
     """
     if W.dim() < 2:
         raise ValueError(f"effective_rank: W has shape {tuple(W.shape)}; allowed: [..., d1, d2]")
+    if convention not in ENTROPY_CONVENTIONS:
+        raise ValueError(
+            f"effective_rank: convention={convention!r}; allowed: "
+            + ", ".join(repr(c) for c in ENTROPY_CONVENTIONS)
+        )
     sigma = torch.linalg.svdvals(W)  # [..., min(d1, d2)]
-    total = sigma.sum(dim=-1, keepdim=True)
-    p = sigma / torch.where(total > 0, total, torch.ones_like(total))
-    entropy = -torch.special.xlogy(p, p).sum(dim=-1)
-    return torch.where(total.squeeze(-1) > 0, torch.exp(entropy), torch.zeros_like(entropy))
+    return entropy_effective_rank(sigma, convention=convention)
 
 
 def balancedness(U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:

@@ -349,13 +349,14 @@ class MatrixSensing:
         """
         return self.instance.recovery_error(W)
 
-    def effective_rank(self, W: torch.Tensor) -> torch.Tensor:
-        """Roy–Vetterli effective rank of ``W`` ``[..., n, n]`` → ``[...]`` (see
+    def effective_rank(self, W: torch.Tensor, *, convention: str = "energy") -> torch.Tensor:
+        """Effective rank of ``W`` ``[..., n, n]`` → ``[...]`` in the named ``convention``
+        (``"energy"`` or ``"roy_vetterli"``, the sensing experiments' metric; see
         :func:`effective_rank`).
 
-        Source: roy2007effective; docs/protocols.md §3.
+        Source: seed 003 §0x04J; roy2007effective; docs/protocols.md §3.
         """
-        return effective_rank(W)
+        return effective_rank(W, convention=convention)
 
     def balancedness(self, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
         """``‖UᵀU − VᵀV‖_F`` for ``U``, ``V`` ``[..., n, k]`` → ``[...]`` (see

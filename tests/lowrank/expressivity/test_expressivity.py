@@ -62,6 +62,25 @@ def test_truncation_residual_ledger():
         ex.truncation_residuals(M([[1, 1], [0, 1]]))
 
 
+# §0x04D's exact 4×6 matrix ΔW* (σ = 4, 3, 2, 1), the one §0x0BM's gate consumes
+DW_4x6 = [[4, 0, 0, 0, 0, 0], [0, 3, 0, 0, 0, 0], [0, 0, 2, 0, 0, 0], [0, 0, 0, 1, 0, 0]]
+
+
+def test_seed_0x0BM_truncation_residuals_of_the_4x6_matrix_exact_and_float_agree():
+    exact = ex.truncation_residuals(M(DW_4x6))
+    assert exact == [30, 14, 5, 1, 0]  # min(4, 6) + 1 = 5 ranks; Σ_{i>r} σ_i² of (16, 9, 4, 1)
+    assert all(isinstance(x, F) for x in exact)
+    # train_v1 is the identity basis of R^6 (C_X = I_6/6): mean output residual = ‖R‖_F²/6
+    assert [x / 6 for x in exact] == [5, F(7, 3), F(5, 6), F(1, 6), 0]
+    floats = ex.truncation_residuals(torch.tensor(DW_4x6, dtype=torch.float64))
+    assert len(floats) == 5
+    for r, (got, want) in enumerate(zip(floats, exact, strict=True)):
+        assert abs(got - float(want)) <= 1e-11, r
+    # the transpose is the same matrix problem: same ledger on both paths
+    assert ex.truncation_residuals(M(DW_4x6).T) == exact
+    assert len(ex.truncation_residuals(torch.tensor(DW_4x6, dtype=torch.float64).T)) == 5
+
+
 def test_telescoping_allocation_fixture():
     I3 = M.identity(3)
     Ws = [I3, I3]

@@ -35,6 +35,7 @@ from gaugelab.lowrank.kernels.explanation import (
     lora_kernel,
     restricted_kernel,
     sign_kernel,
+    unflatten,
     vec,
 )
 from gaugelab.models import Transformer, TransformerConfig
@@ -65,6 +66,42 @@ def test_init_kernel_equals_full_weight_kernel():
     assert torch.equal(J0, torch.cat([torch.eye(4, dtype=D), torch.zeros(4, 4, dtype=D)], 1))
     assert torch.equal(empirical_kernel(J0), torch.eye(4, dtype=D))
     assert torch.equal(full_weight_kernel(X2, 2), torch.eye(4, dtype=D))
+
+
+def fixture_layer(B: torch.Tensor, A: torch.Tensor) -> StackedOutputs:
+    """§0x09E's layer ``Y = (W0 + s B A) X`` with ``s = 1`` (α = r = 2) on the probe ``X = I_2``
+    (one example per column, so the rows of ``X.T``), parameters declared ``[B, A]``."""
+    model = nn.Sequential(nn.Linear(2, 2, bias=False)).to(D)
+    inject_lora(model, ["0"], 2, 2.0, init="given", factors={"0": (A, B)})
+    return StackedOutputs(model, X2.T.contiguous(), selector="the layer's outputs",
+                          parameters=["0.lora_B", "0.lora_A"])  # fmt: skip
+
+
+def test_seed_0x09E_both_jacobians_have_the_declared_order_vec_b_then_vec_a():
+    # J0 = [I_4 0] under [vec(B); vec(A)], column-major vec (row-major B would permute I_4)
+    want0 = torch.cat([torch.eye(4, dtype=D), torch.zeros(4, 4, dtype=D)], 1)
+    out = fixture_layer(B0, A0)
+    assert out.axes()["order"] == "example_then_output" and out.n_parameters == 8
+    J0 = empirical_jacobian(out)
+    assert torch.equal(lora_J(X2, B0, A0), want0)
+    assert torch.allclose(J0, want0, rtol=0, atol=1e-11)
+    # after one plain-SGD step (B1 = T/4, A1 = I): J_B,1 = I_4 and J_A,1 = I_2 ⊗ B1, whose
+    # columns tell vec(A) from a row-major flattening of A (B1 is not symmetric)
+    B1 = ETA * T
+    want1 = torch.cat([torch.eye(4, dtype=D), torch.block_diag(B1, B1)], 1)
+    assert torch.allclose(lora_J(X2, B1, A0), want1, rtol=0, atol=1e-11)
+    J1 = empirical_jacobian(fixture_layer(B1, A0))
+    assert torch.allclose(J1, want1, rtol=0, atol=1e-11)
+    # the parameter vector in the same order: flatten is [vec(B); vec(A)] and unflatten inverts
+    theta1 = fixture_layer(B1, A0).theta()
+    flat = flatten(theta1, ["0.lora_B", "0.lora_A"])
+    assert torch.equal(flat, torch.cat([vec(B1), vec(A0)]))
+    back = unflatten(flat, {k: theta1[k] for k in ("0.lora_B", "0.lora_A")})
+    assert all(torch.equal(back[k], theta1[k]) for k in back)
+    # and J θ̇ is the output change along a factor velocity, in either path's coordinates
+    dB, dA = t([[1, 2], [3, 4]]), t([[5, 6], [7, 8]])
+    step = torch.cat([vec(dB), vec(dA)])
+    assert torch.allclose(J1 @ step, vec(dB @ A0 @ X2 + B1 @ dA @ X2), rtol=0, atol=1e-11)
 
 
 def test_first_step_drift_squares_are_the_seeds_fractions():
@@ -163,13 +200,11 @@ def test_empirical_jacobian_of_a_lora_layer_is_the_closed_form():
     X = torch.randn(N, n, generator=g, dtype=D)  # examples as rows
     out = StackedOutputs(model, X, selector="the layer's outputs")
     assert out.names == ["0.lora_A", "0.lora_B"] and out.size == N * m
-    J = empirical_jacobian(out)  # columns: A then B, each row-major
+    J = empirical_jacobian(out)  # columns: A then B (the declared order), each column-major
     J_B, J_A = lora_factor_jacobians(X.T, layer.lora_B.detach(), layer.lora_A.detach(),
                                      layer.scale)  # fmt: skip
-    col_a = (torch.arange(r)[:, None] + r * torch.arange(n)[None, :]).reshape(-1)
-    col_b = (torch.arange(m)[:, None] + m * torch.arange(r)[None, :]).reshape(-1)
-    assert torch.allclose(J[:, : r * n], J_A[:, col_a], atol=1e-12)
-    assert torch.allclose(J[:, r * n :], J_B[:, col_b], atol=1e-12)
+    assert torch.allclose(J[:, : r * n], J_A, atol=1e-12)
+    assert torch.allclose(J[:, r * n :], J_B, atol=1e-12)
     # restricting to the B coordinates is the fixed-random-feature kernel J_B J_Bᵀ
     P = torch.eye(out.n_parameters, dtype=D)[:, r * n :]
     assert is_orthonormal(P) and not is_orthonormal(2 * P)

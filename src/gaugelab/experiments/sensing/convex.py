@@ -87,7 +87,7 @@ def nuclear_norm_reference(spec: SensingExperiment, batch: SensingBatch) -> Rule
         )
         residual = exact.A[s] @ W.reshape(-1) - exact.y[s]  # [m]
         rows["loss"].append([float((residual * residual).mean())])
-        rows["erank"].append([float(effective_rank(W))])
+        rows["erank"].append([float(effective_rank(W, convention="roy_vetterli"))])
         rows["status"].append([INTERPOLATED if problem.status == "optimal" else "budget"])
         rows["sv"].append([torch.linalg.svdvals(W).tolist()])
     return RuleResult(

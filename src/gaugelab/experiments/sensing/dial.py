@@ -66,7 +66,8 @@ def plan(spec: DialSpec, study: str | None = None) -> Sweep:
 
 def _planted_effective_rank(spec: DialSpec) -> float:
     batch = SensingBatch.build(spec)
-    return float(effective_rank(batch.target.to(torch.float64)).mean())
+    target = batch.target.to(torch.float64)
+    return float(effective_rank(target, convention="roy_vetterli").mean())
 
 
 def collect(store: RunStore, study: str) -> DialResult:

@@ -45,7 +45,8 @@ class RuleResult:
         hyper: extra hyperparameters of the rule.
         decayed: whether the cosine schedule applied.
         lrs: ``[L]`` learning rates; seeds: ``[S]``.
-        recovery, loss, effective_rank, balancedness: ``[S][L]`` final metrics.
+        recovery, loss, effective_rank, balancedness: ``[S][L]`` final metrics (the
+            effective rank is Roy–Vetterli's, docs/protocols.md §3).
         steps: ``[S][L]`` updates applied to the final parameters.
         status: ``[S][L]`` ``"interpolated"``, ``"diverged"`` or ``"budget"``.
         spectra: ``[S][L][n]`` singular values of the final ``U Vᵀ``.

@@ -125,7 +125,8 @@ class DialPoint:
     Attributes:
         p: the dial setting.
         choice: the per-p arm's rate (:func:`select_rate`).
-        recovery, effective_rank: ``[S]`` at the chosen rate (empty if none qualifies).
+        recovery, effective_rank: ``[S]`` at the chosen rate (empty if none qualifies); the
+            effective rank is Roy–Vetterli's (docs/protocols.md §3).
         grid: the full result (every rate: the fixed-rate arm).
     """
 
@@ -179,7 +180,7 @@ class DialResult:
         spec: the study's spec; study: its name.
         points: one :class:`DialPoint` per p that completed, in the spec's order.
         gd: gd's reference point (``p`` is NaN), if run and completed.
-        planted_effective_rank: mean effective rank of the planted targets.
+        planted_effective_rank: mean Roy–Vetterli effective rank of the planted targets.
         monotone: per-p arm recovery strictly increasing in p.
         runs: every run of the study with its latest termination (failures included).
     """

@@ -216,7 +216,7 @@ def train_rule(
         final = dict(
             recovery=batch.recovery_error(W.to(U.dtype)).double(),
             loss=batch.loss(U @ V.mT).double(),
-            effective_rank=effective_rank(W),
+            effective_rank=effective_rank(W, convention="roy_vetterli"),
             balancedness=balancedness(U.double(), V.double()),
         )
         spectra = torch.linalg.svdvals(W)

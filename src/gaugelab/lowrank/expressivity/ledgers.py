@@ -127,12 +127,14 @@ def padded_factorization(E: Operand, r: int) -> tuple[Operand, Operand]:
 
 
 def _squared_singular_values(E: Operand) -> list:
+    """The ``min(m, n)`` squared singular values of ``E``, descending."""
     if isinstance(E, Matrix):
+        q = min(E.shape)
         for X in (E, E.T):  # exact when the columns (or rows) are mutually orthogonal
-            gram = X.T @ X
+            gram = X.T @ X  # [k, k]; when diagonal, its diagonal is σ² then k − q zeros
             k = gram.shape[0]
             if all(gram[i, j] == 0 for i in range(k) for j in range(k) if i != j):
-                return sorted((gram[i, i] for i in range(k)), reverse=True)
+                return sorted((gram[i, i] for i in range(k)), reverse=True)[:q]
         raise ValueError(
             "E's singular values are not exact rationals here (neither its columns nor its rows "
             "are orthogonal); allowed: pass a float64 tensor for an SVD"
@@ -156,7 +158,8 @@ def truncation_residuals(E: Operand) -> list:
     Scope: optimal post-hoc approximation of one matrix. Does not prove: that factor training
     finds the truncation, or that a small residual preserves task behaviour.
 
-    Source: seed 003 §0x0AB (3×3: 20, 4, 0); eckart1936approximation.
+    Source: seed 003 §0x0AB (3×3: 20, 4, 0), §0x0BM (4×6 ``diag(4, 3, 2, 1)``: 30, 14, 5, 1,
+    0); eckart1936approximation.
     """
     mode("truncation_residuals", E=E)
     s2 = _squared_singular_values(E)

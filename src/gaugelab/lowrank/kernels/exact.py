@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import torch
 from torch.func import jacrev
 
-from gaugelab.lowrank.kernels.outputs import StackedOutputs, flatten
+from gaugelab.lowrank.kernels.outputs import StackedOutputs, column_major, flatten
 
 MAX_ENTRIES = 2**25
 """The largest dense Jacobian :func:`empirical_jacobian` forms by default (32 Mi entries)."""
@@ -36,13 +36,15 @@ def empirical_jacobian(
         max_entries: refuse a Jacobian larger than this (use the estimators instead).
 
     Returns:
-        ``[N·C, P]`` in the parameters' dtype; columns in :func:`flatten` order (the
-        parameters of ``outputs.names`` in turn, each row-major).
+        ``[N·C, P]`` in the parameters' dtype; rows example then output; columns in
+        :func:`flatten` order: the parameters of ``outputs.names`` in turn, each vectorized
+        column-major (:func:`vec`). A LoRA layer declared as ``parameters=[B, A]`` gets the
+        seed's ``[vec(B); vec(A)]``, the columns of :func:`lora_factor_jacobians`.
 
     Raises:
         ValueError: ``N·C·P > max_entries``.
 
-    Source: seed 003 §0x09A.
+    Source: seed 003 §0x09A; §0x09D–E (the parameter order).
     """
     entries = outputs.size * outputs.n_parameters
     if entries > max_entries:
@@ -52,7 +54,7 @@ def empirical_jacobian(
         )
     theta = dict(outputs.theta() if theta is None else theta)
     blocks = jacrev(outputs)(theta)
-    return torch.cat([blocks[n].reshape(outputs.size, -1) for n in outputs.names], dim=1)
+    return torch.cat([column_major(blocks[n], lead=1) for n in outputs.names], dim=1)
 
 
 def empirical_kernel(J: torch.Tensor, metric: torch.Tensor | None = None) -> torch.Tensor:
@@ -124,8 +126,8 @@ def is_orthonormal(P: torch.Tensor, *, tol: float = 1e-10) -> bool:
 
 def vec(M: torch.Tensor) -> torch.Tensor:
     """Column-major vectorization ``vec(M)`` ``[m·n]`` of ``M`` ``[m, n]`` (the seed's
-    §0x09D convention: ``vec(M)[i + m·j] = M[i, j]``)."""
-    return M.T.reshape(-1)
+    §0x09D convention: ``vec(M)[i + m·j] = M[i, j]``; :func:`column_major`)."""
+    return column_major(M)
 
 
 def lora_factor_jacobians(
@@ -134,7 +136,9 @@ def lora_factor_jacobians(
     """The two LoRA factor Jacobians of ``Y = (W₀ + s B A) X`` in closed Kronecker form.
 
     With column-major vectorization (:func:`vec`; rows ``vec(Y)``, so example then output):
-    ``J_B = s (Xᵀ Aᵀ ⊗ I_m)`` and ``J_A = s (Xᵀ ⊗ B)``.
+    ``J_B = s (Xᵀ Aᵀ ⊗ I_m)`` and ``J_A = s (Xᵀ ⊗ B)``. ``[J_B J_A]`` has the seed's
+    parameter order ``[vec(B); vec(A)]``, the order :func:`empirical_jacobian` gives a LoRA
+    layer whose parameters are declared ``[B, A]``.
 
     Args:
         X: ``[n, N]`` the layer's inputs, one example per column.

@@ -47,17 +47,28 @@ def last_position(out: torch.Tensor) -> torch.Tensor:
     return out[:, -1] if out.dim() == 3 else out
 
 
+def column_major(t: torch.Tensor, lead: int = 0) -> torch.Tensor:
+    """``[*t.shape[:lead], K]``: the trailing dims of ``t`` flattened column-major (first index
+    fastest; for a matrix ``M`` ``[m, n]`` this is ``vec(M)[i + m·j] = M[i, j]``, seed 003
+    §0x09D), the first ``lead`` dims kept."""
+    dims = (*range(lead), *reversed(range(lead, t.dim())))
+    return t.permute(dims).reshape(*t.shape[:lead], -1)
+
+
 def flatten(theta: Mapping[str, torch.Tensor], names: Sequence[str]) -> torch.Tensor:
-    """``[P]``: the tensors of ``names`` in that order, each flattened row-major (torch's
-    ``reshape(-1)``) — the column order of every Jacobian here."""
-    return torch.cat([theta[n].reshape(-1) for n in names])
+    """``[P]``: the tensors of ``names`` in that order, each flattened column-major
+    (:func:`column_major`) — the column order of every Jacobian here; for LoRA factors
+    declared as ``[B, A]`` it is the seed's ``[vec(B); vec(A)]`` (§0x09D–E)."""
+    return torch.cat([column_major(theta[n]) for n in names])
 
 
 def unflatten(vector: torch.Tensor, like: Mapping[str, torch.Tensor]) -> Params:
     """The inverse of :func:`flatten` for tensors shaped as ``like`` (its key order)."""
     out, start = {}, 0
     for name, ref in like.items():
-        out[name] = vector[start : start + ref.numel()].view_as(ref)
+        chunk = vector[start : start + ref.numel()]
+        reverse = tuple(reversed(range(ref.dim())))
+        out[name] = chunk.reshape(tuple(ref.shape[d] for d in reverse)).permute(reverse)
         start += ref.numel()
     if start != vector.numel():
         raise ValueError(f"unflatten: vector has {vector.numel()} entries; allowed: {start}")

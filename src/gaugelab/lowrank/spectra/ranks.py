@@ -14,6 +14,7 @@ import numbers
 
 import torch
 
+from gaugelab.linalg.entropy import entropy_effective_rank
 from gaugelab.lowrank.spectra.factored import as_update, check_nonnegative
 from gaugelab.lowrank.spectra.spectrum import RankReport, Spectrum, check_id, reports, spectrum
 
@@ -273,7 +274,8 @@ def effective_rank_roy_vetterli(
     """
     sp = spectrum(x, matrix_id=matrix_id)
     params = _entropy_params("p_i = σ_i / Σ_j σ_j")
-    return reports(sp, "entropy-roy-vetterli", _entropy_rank(sp.sigma), params)
+    value = entropy_effective_rank(sp.sigma, convention="roy_vetterli")
+    return reports(sp, "entropy-roy-vetterli", value, params)
 
 
 def effective_rank_energy(
@@ -299,7 +301,8 @@ def effective_rank_energy(
     """
     sp = spectrum(x, matrix_id=matrix_id)
     params = _entropy_params("p_i = σ_i² / Σ_j σ_j²")
-    return reports(sp, "entropy-energy", _entropy_rank(sp.sigma**2), params)
+    value = entropy_effective_rank(sp.sigma, convention="energy")
+    return reports(sp, "entropy-energy", value, params)
 
 
 def rank_policies(
@@ -351,13 +354,6 @@ def rank_policies(
         effective_rank_roy_vetterli(sp),
     ]  # type: ignore[list-item]
     return tuple(reports)
-
-
-def _entropy_rank(weights: torch.Tensor) -> torch.Tensor:
-    total = weights.sum(-1, keepdim=True)  # [..., 1]
-    p = weights / torch.where(total > 0, total, 1.0)
-    entropy = -torch.special.xlogy(p, p).sum(-1)  # 0·ln 0 = 0
-    return torch.where(total[..., 0] > 0, torch.exp(entropy), 0.0)
 
 
 def _entropy_params(normalisation: str) -> dict[str, object]:
