@@ -125,3 +125,17 @@ def test_bad_inspect_sources_are_one_line_errors(finetuned, args, message):
     assert result.exit_code == 2, (args, result.output)
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {message}"), result.output
+
+
+def test_a_study_with_a_failed_run_exits_3_names_it_and_suggests_nothing_about_it(tmp_path):
+    args = ("finetune", "--quick", "--ranks", "2", "--seeds", "0", "--no-full", "--lr", "1e30",
+            "--store", tmp_path / "s.sqlite")  # fmt: skip
+    result = invoke(*args)
+    assert result.exit_code == 3, result.output
+    lines = result.output.strip().splitlines()
+    failed = [line for line in lines if line.startswith("failed ")]
+    assert len(failed) == 1 and "numerical_failure" in failed[0] and "not finite" in failed[0]
+    assert lines[-1] == "1 run did not complete (above, each with its cause); the tables hold " \
+        "what completed"
+    assert "inspect a candidate" not in result.output
+    assert invoke(*args).exit_code == 3  # run again: the failure is still the study's status

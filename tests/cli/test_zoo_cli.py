@@ -264,3 +264,4 @@ def test_a_full_disk_while_writing_the_report_keeps_the_runs_and_says_how_to_rep
     assert "no space left on the device while writing the report" in error
     assert f"`gaugelab report {study} --store {store}` writes the report" in error
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output
+
