@@ -141,8 +141,7 @@ def twins(
         executor=executor, max_workers=max_workers, threads=threads, address=address,
         report_dir=out, sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
-    note = spec.rank_note()
-    lines = [] if note is None else [Text(note)]
+    lines = []
     for row in outcome.result.rows:
         for twin, (verdict, why) in row.verdicts.items():
             label = "GL(r) twin" if twin == "gauge" else f"scalar twin (c = {spec.scalar:g})"

@@ -147,13 +147,14 @@ def test_every_rate_is_checked_finite_and_positive_before_any_run(field, value):
     assert quick_spec(**{field: 1e-30}).lr(field.removesuffix("_lr")) == 1e-30
 
 
-def test_a_rank_above_min_d_in_d_out_is_accepted_with_a_note():
-    assert quick_spec(rank=32).rank_note() is None  # d_model 32, d_mlp 64: r = 32 fits all
-    note = quick_spec(rank=1000).rank_note()
-    assert note.startswith("note: r = 1000 exceeds min(d_in, d_out) of 6 of 6 adapted")
-    assert "q_proj 32" in note and "fc_out 32" in note and "not update rank" in note
-    narrow = quick_spec(pretrain={"d_mlp": 16}, rank=20)  # only the MLP's 16 is below 20
-    assert "of 2 of 6 adapted projection(s) (fc_in 16, fc_out 16;" in narrow.rank_note()
+def test_a_rank_above_min_d_in_d_out_is_refused_naming_the_bound():
+    assert quick_spec(rank=32).rank == 32  # d_model 32, d_mlp 64: r = 32 fits all
+    with pytest.raises(ValueError, match=r"rank=33; allowed: integers in \[1, 32\], min\(d_in, "
+                       r"d_out\) of the adapted projections \(q_proj 32, .*fc_out 32; d_model"):
+        quick_spec(rank=33)
+    with pytest.raises(ValueError, match=r"rank=20; allowed: integers in \[1, 16\], .*"
+                       r"\(fc_in 16, fc_out 16; d_model 32, d_mlp 16\)"):
+        quick_spec(pretrain={"d_mlp": 16}, rank=20)  # only the MLP's 16 is below 20
 
 
 def test_notes_say_when_a_level_was_never_exceeded_and_name_the_rank(study):
@@ -173,8 +174,6 @@ def test_notes_say_when_a_level_was_never_exceeded_and_name_the_rank(study):
         "exceeded 0.5 at a checkpoint within 3 steps"
     ) in lines
     assert not any("(never)" in line for line in lines)
-    result.spec = result.spec.model_copy(update={"rank": 1000})
-    assert notes(result)[0].startswith("note: r = 1000 exceeds min(d_in, d_out)")
 
 
 def test_the_step_axis_reads_as_integers_at_the_checkpoints(study):

@@ -287,7 +287,7 @@ def test_rates_and_scales_must_be_finite_and_positive(field, value):
     assert LoraTwinSpec(lr=1e-30).learning_rate() == 1e-30  # tiny but finite and positive
 
 
-def test_a_rank_above_the_projections_is_accepted_with_a_note():
-    assert quick_twin_spec().rank_note() is None
-    note = quick_twin_spec(rank=40).rank_note()  # d_model 32 < 40 < d_mlp 64
-    assert note.startswith("note: r = 40 exceeds min(d_in, d_out) of 6 of 6 adapted")
+def test_a_rank_above_the_projections_is_refused_before_any_run():
+    assert quick_twin_spec(rank=32).rank == 32
+    with pytest.raises(ValueError, match=r"rank=40; allowed: integers in \[1, 32\]"):
+        quick_twin_spec(rank=40)  # d_model 32 < 40 < d_mlp 64

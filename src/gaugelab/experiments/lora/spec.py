@@ -239,6 +239,7 @@ class FinetuneSpec(ExperimentSpec):
                 f"FinetuneSpec: targets={list(self.targets)}; allowed: module names of "
                 f"{', '.join(ALL_TARGETS)}, each once, in that order (resolve_targets)"
             )
+        check_lora_rank(self.pretrain, self.targets, self.ranks, "ranks")
         return self
 
     def candidates(self) -> list[str]:
@@ -285,25 +286,28 @@ def quick_spec(**overrides: Any) -> FinetuneSpec:
     return FinetuneSpec(pretrain=PretrainSpec(**pretrain), **{**fields, **overrides})
 
 
-def rank_note(pretrain: PretrainSpec, targets: tuple[str, ...], rank: int) -> str | None:
-    """What a rank above some adapted projection's ``min(d_in, d_out)`` means, or None.
+def check_lora_rank(pretrain: PretrainSpec, targets: tuple[str, ...], ranks: tuple[int, ...],
+               field: str) -> None:  # fmt: skip
+    """Refuse a LoRA rank above some adapted projection's ``min(d_in, d_out)``.
 
-    The LoRA layer accepts ``r > min(d_in, d_out)`` by design
-    (:class:`gaugelab.models.lora.LoRALinear`); the update ``s·B A`` of such a projection still
-    has rank at most ``min(d_in, d_out)``, so the rank beyond it adds factor parameters, not
-    update rank. Attention projections are ``d_model × d_model``, ``fc_in`` and ``fc_out``
+    The update ``s·B A`` of such a projection has rank at most ``min(d_in, d_out)``, so the
+    rank beyond it adds factor parameters (and time: ``--ranks 100000`` crawls), never update
+    rank. Attention projections are ``d_model × d_model``, ``fc_in`` and ``fc_out``
     ``d_model × d_mlp`` (the pretrain's widths).
+
+    Raises:
+        ValueError: ``field=<ranks>; allowed: integers in [1, <bound>]`` naming the
+            projections that bound it.
     """
     smallest = {name: pretrain.d_model for name in ("q_proj", "k_proj", "v_proj", "o_proj")}
     smallest |= {"fc_in": min(pretrain.d_model, pretrain.d_mlp),
                  "fc_out": min(pretrain.d_model, pretrain.d_mlp)}  # fmt: skip
-    over = [name for name in targets if rank > smallest[name]]
-    if not over:
-        return None
-    bounds = ", ".join(f"{name} {smallest[name]}" for name in over)
-    return (
-        f"note: r = {rank} exceeds min(d_in, d_out) of {len(over)} of {len(targets)} adapted "
-        f"projection(s) ({bounds}; d_model {pretrain.d_model}, d_mlp {pretrain.d_mlp}); the "
-        "LoRA layer accepts it by design, but each such update s·B A has rank at most "
-        "min(d_in, d_out): the excess rank adds factor parameters, not update rank"
+    bound = min(smallest[name] for name in targets)
+    if max(ranks, default=0) <= bound:
+        return
+    which = ", ".join(f"{name} {smallest[name]}" for name in targets if smallest[name] == bound)
+    shown = ",".join(map(str, ranks))
+    raise ValueError(
+        f"{field}={shown}; allowed: integers in [1, {bound}], min(d_in, d_out) of the adapted "
+        f"projections ({which}; d_model {pretrain.d_model}, d_mlp {pretrain.d_mlp})"
     )

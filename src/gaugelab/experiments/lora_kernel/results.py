@@ -165,8 +165,7 @@ def _first(who: str, what: str, step: int | None, level: float, steps: int) -> s
 def notes(result: KernelResult) -> list[str]:
     """Per optimizer: the first checkpoint where the linearized model's prediction gap and the
     nonlinear path's R_lin pass 0.1 and 0.5, and the final D_K of every path."""
-    note = result.spec.rank_note()
-    lines = [] if note is None else [note]
+    lines = []
     for run in result.runs:
         if run.data is None:
             continue

@@ -29,7 +29,7 @@ from gaugelab.experiments.lora.spec import (
     ALL_TARGETS,
     QUICK,
     PretrainSpec,
-    rank_note,
+    check_lora_rank,
     resolve_targets,
 )
 from gaugelab.study.spec import ExperimentSpec
@@ -127,11 +127,9 @@ class KernelSpec(ExperimentSpec):
                 f"KernelSpec: targets={list(self.targets)}; allowed: module names of "
                 f"{', '.join(ALL_TARGETS)}, each once, in that order"
             )
+        check_lora_rank(self.pretrain, self.targets, (self.rank,), "rank")
         return self
 
-    def rank_note(self) -> str | None:
-        """:func:`rank_note` of this spec (None when ``rank`` fits every adapted projection)."""
-        return rank_note(self.pretrain, self.targets, self.rank)
 
     def paths(self) -> list[str]:
         """The paths of every run: the three matched ones, then ``full`` if asked."""

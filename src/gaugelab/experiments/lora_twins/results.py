@@ -227,11 +227,9 @@ def angle_line(result: LoraTwinsResult, row: LoraTwinRow) -> str | None:
 
 
 def notes(result: LoraTwinsResult) -> list[str]:
-    """What the rank means when it exceeds a projection's ``min(d_in, d_out)``; one line per
-    optimizer and gauge twin: the verdict and why; per optimizer the update angles against the
-    noise twin's."""
-    note = result.spec.rank_note()
-    lines = [] if note is None else [note]
+    """One line per optimizer and gauge twin: the verdict and why; per optimizer the update
+    angles against the noise twin's."""
+    lines = []
     for r in result.rows:
         for twin, (verdict, why) in r.verdicts.items():
             label = "GL(r) twin" if twin == "gauge" else "scalar twin"

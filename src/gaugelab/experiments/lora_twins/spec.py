@@ -26,7 +26,7 @@ from gaugelab.experiments.lora.spec import (
     LORA_LR,
     QUICK,
     PretrainSpec,
-    rank_note,
+    check_lora_rank,
     resolve_targets,
 )
 from gaugelab.study.spec import ExperimentSpec
@@ -160,16 +160,13 @@ class LoraTwinSpec(ExperimentSpec):
             )
         if 1 not in self.checkpoints:
             raise ValueError("LoraTwinSpec: checkpoints must include step 1 (the triplet reads it)")
+        check_lora_rank(self.pretrain, self.targets, (self.rank,), "rank")
         return self
 
     def learning_rate(self) -> float:
         """The twin phase's learning rate: ``lr``, or the optimizer's :data:`DEFAULT_LR`."""
         return float(self.lr) if self.lr is not None else DEFAULT_LR[self.optimizer]
 
-    def rank_note(self) -> str | None:
-        """What ``rank`` above an adapted projection's ``min(d_in, d_out)`` means (accepted, by
-        design of the LoRA layer), or None (:func:`gaugelab.experiments.lora.spec.rank_note`)."""
-        return rank_note(self.pretrain, self.targets, self.rank)
 
     def alpha(self) -> float:
         """``lora_alpha = alpha_ratio · r``."""
