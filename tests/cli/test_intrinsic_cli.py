@@ -64,7 +64,7 @@ def test_help_explains_the_protocol():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--seeds", "-1"), "--seeds -1; allowed: integers >= 0"),
+        (("--seeds", "-1"), "--seeds -1; allowed: an integer in [0, 2**63)"),
         (("--lrs", "-1"), "--lrs -1; allowed: rates > 0"),
         (("--full-lrs", "0"), "--full-lrs 0; allowed: rates > 0"),
         (("--hidden", "1"), "--hidden 1; allowed: an integer >= 2"),

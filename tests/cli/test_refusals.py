@@ -50,6 +50,12 @@ class Nested(ExperimentSpec):
         (("lora", "twins", "--quick", "--rank", "100000"),
          "--rank 100000; allowed: integers in [1, 32]"),
         (("lora", "kernel", "--quick", "--rank", "33"), "--rank 33; allowed: integers in [1, 32]"),
+        (("zoo", "--quick", "--size", "200000"),
+         "--size 200000, --measurements 2399982, 1 seed needs at least 1,430,500,745.8 GiB of "
+         "memory; this machine has"),
+        (("zoo", "--quick", "--measurements", "2000000000"),
+         "--size 40, --measurements 2000000000, 1 seed needs at least"),
+        (("dial", "--quick", "--size", "100000"), "--size 100000, --measurements 1199982, "),
     ],
 )  # fmt: skip
 def test_a_value_no_run_could_use_is_refused_before_the_store_exists(tmp_path, args, expected):

@@ -265,3 +265,10 @@ def test_a_full_disk_while_writing_the_report_keeps_the_runs_and_says_how_to_rep
     assert f"`gaugelab report {study} --store {store}` writes the report" in error
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output
 
+
+
+def test_a_learning_rate_for_a_rule_not_run_is_warned_about(tmp_path):
+    result = invoke("zoo", *SMALL, "--rules", "gd", "--no-convex", "--lr", "adam=0.1",
+                    "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "warning: --lr adam: not among the rules run (gd); ignored" in result.output

@@ -4,6 +4,7 @@ comma-separated numbers and names."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -69,3 +70,26 @@ def check_run_options(
             raise ValueError(f"{option} {value}; allowed: an integer >= 1")
     if dtype is not None and dtype not in ("float32", "float64"):
         raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(needed: int, what: str) -> None:
+    """Refuse work whose memory, known before it starts, exceeds the machine's.
+
+    Args:
+        needed: the estimated peak in bytes (a lower bound: what the work must hold at once).
+        what: the options that set it, as the user gave them (``"--size 200000"``).
+
+    Raises:
+        ValueError: ``needed`` exceeds :func:`machine_memory`; the message gives both.
+    """
+    total = machine_memory()
+    if needed > total:
+        raise ValueError(
+            f"{what} needs at least {needed / 2**30:,.1f} GiB of memory; this machine has "
+            f"{total / 2**30:,.1f} GiB; allowed: a size whose estimate fits"
+        )

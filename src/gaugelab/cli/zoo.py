@@ -21,6 +21,7 @@ from gaugelab.cli._options import (
     Store,
     Threads,
     Workers,
+    check_memory,
     check_run_options,
     comma_separated,
     names,
@@ -45,6 +46,13 @@ ZOO_OPTIONS = {**_SENSING_OPTIONS, "rules": "--rules", "decayed": "--decayed", "
 DIAL_OPTIONS = {**_SENSING_OPTIONS, "ps": "--ps", "lrs": "--lrs", "mean": "--mean",
                 "gd_reference": "--gd"}  # fmt: skip
 """DialSpec fields → the options of ``gaugelab dial``."""
+
+
+def _size_options(spec) -> str:
+    """The options that set a sensing spec's memory: ``--size 200000, --measurements 2399982,
+    3 seeds``."""
+    return (f"--size {spec.n}, --measurements {spec.measurement_count()}, "
+            f"{count(len(spec.seeds), 'seed')}")  # fmt: skip
 
 
 def _budget(steps: int | None, seeds: str | None, quick: bool, base: dict) -> dict:
@@ -137,7 +145,8 @@ def zoo(
     console = wide_console()
     try:
         base = _sensing_zoo.ZooSpec().model_dump()
-        grids = {**base["lr_grids"], **_lr_overrides(lr or [])}
+        overrides = _lr_overrides(lr or [])
+        grids = {**base["lr_grids"], **overrides}
         fields = dict(
             n=size,
             rank=rank,
@@ -160,8 +169,16 @@ def zoo(
                 "studies (each named from its spec, each with its own report folder)"
             )
         check_run_options(executor, max_workers, threads)
+        for spec in specs:
+            check_memory(spec.memory_estimate(), _size_options(spec))
     except ValueError as exc:
         raise fail(exc, ZOO_OPTIONS) from None
+    unused = sorted(set(overrides) - set(specs[0].rules))
+    if unused:
+        typer.echo(
+            f"warning: --lr {', '.join(unused)}: not among the rules run "
+            f"({', '.join(specs[0].rules)}); ignored", err=True,
+        )  # fmt: skip
     for spec in specs:
         sweep = _sensing_zoo.plan(spec, study)
         header = (
@@ -236,6 +253,7 @@ def dial(
             **_budget(steps, seeds, quick, base),
         )
         check_run_options(executor, max_workers, threads)
+        check_memory(spec.memory_estimate(), _size_options(spec))
     except ValueError as exc:
         raise fail(exc, DIAL_OPTIONS) from None
     sweep = _sensing_dial.plan(spec, study)

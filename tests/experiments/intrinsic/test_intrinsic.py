@@ -166,7 +166,6 @@ def test_an_inadmissible_d_is_refused_before_any_run(tmp_path, fields, refused, 
 
 def test_bad_grid_values_name_the_field_and_the_value():
     for fields, message in (
-        ({"seeds": (0, -1)}, "seeds=-1; allowed: integers >= 0"),
         ({"lrs": (0.03, -1.0)}, "lrs=-1; allowed: rates > 0"),
         ({"full_lrs": (0.0,)}, "full_lrs=0; allowed: rates > 0"),
         ({"dims": (8, 0)}, "dims=0; allowed: integers >= 1"),
@@ -174,6 +173,8 @@ def test_bad_grid_values_name_the_field_and_the_value():
     ):
         with pytest.raises(ValueError, match=f"IntrinsicSpec: {message}"):
             quick_spec(**fields)
+    with pytest.raises(ValueError, match=r"seeds=-1; allowed: an integer in \[0, 2\*\*63\)"):
+        quick_spec(seeds=(0, -1))  # every spec's seed rule (gaugelab.study.spec)
 
 
 def test_a_d_where_every_seed_failed_is_failing_and_the_bracket_end(tmp_path, monkeypatch):

@@ -122,7 +122,6 @@ class IntrinsicSpec(ExperimentSpec):
             raise ValueError("IntrinsicSpec: full_lrs is empty; allowed: at least one rate > 0")
         for name, bad, allowed in (
             ("dims", [d for d in self.dims if d < 1], "integers >= 1"),
-            ("seeds", [s for s in self.seeds if s < 0], "integers >= 0"),
             ("lrs", [lr for lr in self.lrs if not lr > 0], "rates > 0"),
             ("full_lrs", [lr for lr in self.full_lrs if not lr > 0], "rates > 0"),
         ):

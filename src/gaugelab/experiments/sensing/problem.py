@@ -86,6 +86,19 @@ class SensingExperiment(ExperimentSpec):
         """The compute dtype as a ``torch.dtype``."""
         return _DTYPES[self.dtype]
 
+    def measurement_count(self) -> int:
+        """``m``, or its default ``2·r*(2n − r*)``."""
+        return self.m if self.m is not None else 2 * self.rank * (2 * self.n - self.rank)
+
+    def memory_estimate(self) -> int:
+        """Bytes the measurement operators take at their peak, a lower bound on the run's
+        memory: per seed ``A [m, n²]`` drawn in float32, cast to ``dtype``, transposed into a
+        contiguous copy and stacked over the seeds (:class:`SensingBatch`) — three copies in
+        ``dtype`` and one float32 draw."""
+        itemsize = 8 if self.dtype == "float64" else 4
+        size = self.measurement_count() * self.n * self.n
+        return len(self.seeds) * size * 3 * itemsize + size * 4
+
     def decays(self, rule: str, decayed: Sequence[str] = ()) -> bool:
         """Whether ``rule`` runs on the cosine schedule under :attr:`schedule`."""
         return self.schedule == "cosine" or (self.schedule == "reference" and rule in decayed)
