@@ -26,7 +26,11 @@ within 10% (a value at a rounding boundary, 0.000215, reads 0.00021 on one CPU a
 another). Tables are rendered 400 columns wide, so a wider number never re-wraps a header.
 
 To record the files anew after an intended change of output (about four times the test's time):
-``GAUGELAB_GOLDEN_RECORD=1 python -m pytest tests/golden``.
+``GAUGELAB_GOLDEN_RECORD=1 python -m pytest tests/golden``. On a CPU the files were not
+recorded on (another SIMD level: AVX-512 against AVX2), ``GAUGELAB_GOLDEN_RECORD=add`` merges
+this machine's variants into the recorded files instead: a number they disagree on becomes
+``≈``, a line whose words differ gains a version; ``git diff tests/golden`` shows what changed,
+and only a CPU's round-off may.
 """
 
 from __future__ import annotations
@@ -172,6 +176,9 @@ def merge(texts: list[str]) -> str:
     agree, ``≈`` where they differ; a line whose words differ between variants (a verdict that
     flips on another CPU) is written ``⟦version⟧⟦version⟧…``, one version per distinct wording.
 
+    A text may be a golden file itself (its ``≈`` and ``⟦…⟧`` kept): recording with
+    ``GAUGELAB_GOLDEN_RECORD=add`` merges this machine's variants into the recorded file.
+
     Raises:
         AssertionError: the variants print different numbers of lines.
     """
@@ -180,11 +187,16 @@ def merge(texts: list[str]) -> str:
     out = []
     for lines in zip(*split, strict=True):
         groups: dict[str, list[str]] = {}
-        for line in lines:
-            groups.setdefault(_TOKEN.sub("#", line), []).append(line)
+        for version in (v for line in lines for v in _versions(line)):
+            groups.setdefault(_TOKEN.sub("#", version), []).append(version)
         versions = [_merge_numbers(group) for group in groups.values()]
         out.append(versions[0] if len(versions) == 1 else "".join(f"⟦{v}⟧" for v in versions))
     return "\n".join(out) + "\n"
+
+
+def _versions(line: str) -> list[str]:
+    """The versions of a golden line: ``⟦a⟧⟦b⟧`` → ``[a, b]``; any other line is its own."""
+    return line[1:-1].split("⟧⟦") if line.startswith("⟦") and line.endswith("⟧") else [line]
 
 
 def _close(output: str, golden: str) -> bool:
@@ -212,8 +224,7 @@ def matches(output: str, golden: str) -> bool:
     if len(outs) != len(golds):
         return False
     for out, gold in zip(outs, golds, strict=True):
-        versions = gold[1:-1].split("⟧⟦") if gold.startswith("⟦") and gold.endswith("⟧") else [gold]
-        if not any(_line_matches(out, v) for v in versions):
+        if not any(_line_matches(out, v) for v in _versions(gold)):
             return False
     return True
 
@@ -249,8 +260,9 @@ def _in_its_chain(name: str):
 @pytest.mark.parametrize("name", [_in_its_chain(name) for name in COMMANDS])
 def test_quick_form_prints_its_golden_output(outputs, name):
     path = GOLDEN / f"{name}.txt"
-    if os.environ.get("GAUGELAB_GOLDEN_RECORD"):
-        path.write_text(merge(outputs(name)))
+    if record := os.environ.get("GAUGELAB_GOLDEN_RECORD"):
+        recorded = [path.read_text()] if record == "add" else []
+        path.write_text(merge(recorded + outputs(name)))
     golden, output = path.read_text(), outputs(name)[0]
     if not matches(output, golden):
         assert output == golden  # pytest shows the difference
@@ -273,6 +285,14 @@ def test_merge_marks_what_variants_disagree_on_and_matches_honours_it():
     assert not matches("| adam | 0.2 | 3 |\nratio 7×\nsgd: basis-sensitive (0.1)", merged)
     with pytest.raises(AssertionError, match="line counts"):
         merge(["| adam | 1 |", "| adam | 1 |\nmore"])
+
+
+def test_merge_adds_a_machines_variants_to_a_recorded_golden():
+    recorded = "| adam | ≈ | 3 |\n⟦sgd: equivariant (0.1)⟧⟦sgd: inconclusive (0.1)⟧\nok 0.5\n"
+    merged = merge([recorded, "| adam | 0.2 | 3 |\nsgd: basis-sensitive (0.1)\nok 0.7"])
+    assert merged == ("| adam | ≈ | 3 |\n⟦sgd: equivariant (0.1)⟧⟦sgd: inconclusive (0.1)⟧"
+                      "⟦sgd: basis-sensitive (0.1)⟧\nok ≈\n")  # fmt: skip
+    assert merge([recorded, "| adam | 9 | 3 |\nsgd: inconclusive (0.1)\nok 0.5"]) == recorded
 
 
 def test_normalise_rounds_masks_and_unwraps():
