@@ -144,3 +144,27 @@ def test_the_gauge_draw_is_part_of_the_run_identity(tmp_path):
     with RunStore(store, create=False) as db:
         draws = sorted(run.spec["twin"]["gauge_draw"] for run in db.runs())
     assert draws == ["haar", "reference"]
+
+
+def test_a_metric_row_edited_in_the_store_makes_the_run_unverified_not_printed(tmp_path):
+    import sqlite3
+
+    store = tmp_path / "s.sqlite"
+    args = ("--steps", "2", "--optimizers", "scalar-adam", "--store", store)
+    assert invoke(*args).exit_code == 0
+    conn = sqlite3.connect(store, isolation_level=None)  # a hand with the triggers dropped
+    conn.execute("DROP TRIGGER metrics_no_update")
+    conn.execute("UPDATE metrics SET value = 1.23e-07 WHERE name = 'gauge/logit_distance' "
+                 "AND step = 1")  # fmt: skip
+    conn.close()
+    from gaugelab.experiments.twins.results import collect
+    from gaugelab.study.store.db import RunStore
+
+    with RunStore(store, create=False) as db:
+        (study,) = [s.name for s in db.studies()]
+        (row,) = collect(db, study).rows
+    assert row.termination == "unverified" and "changed afterwards" in row.message
+    assert row.distances["gauge"] == {}  # the edited 1.23e-07 is never shown
+    again = invoke(*args)  # executed again, as for a changed file
+    assert again.exit_code == 0, again.output
+    assert "1.23e-07" not in again.output and "scalar-adam: equivariant" in again.output

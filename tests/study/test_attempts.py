@@ -193,7 +193,7 @@ def _schema_1(path) -> None:
     RunStore(path).close()
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("DROP TRIGGER attempts_heartbeat_or_end_once")
-    for column in ("owner_host", "owner_pid", "owner_started", "heartbeat_at"):
+    for column in ("owner_host", "owner_pid", "owner_started", "heartbeat_at", "metrics_digest"):
         conn.execute(f"ALTER TABLE attempts DROP COLUMN {column}")
     conn.execute(
         "CREATE TRIGGER attempts_end_once BEFORE UPDATE ON attempts WHEN OLD.termination IS "

@@ -1,5 +1,6 @@
 """Tests of gaugelab.study.store.db: the append-only SQLite run store."""
 
+import contextlib
 import hashlib
 import json
 import multiprocessing
@@ -21,6 +22,7 @@ from gaugelab.study.store.db import (
     RunStore,
     StoreError,
 )
+from gaugelab.study.store.schema import _ATTEMPTS_UPDATE
 from gaugelab.study.store.storefile import refused
 
 ENV = "e" * 64  # a fixed environment digest: keeps torch out of the writer processes
@@ -524,3 +526,78 @@ def test_no_store_can_be_created_in_a_read_only_folder(shared_dir):
         "in a folder you can write"
     )
     assert list(folder.iterdir()) == []
+
+
+def _edit(path, statement: str, params=()) -> None:
+    """Change a metric row as a hostile hand would: with the append-only triggers dropped."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND "
+                                "tbl_name = 'metrics'").fetchall():  # fmt: skip
+        conn.execute(f"DROP TRIGGER {name}")
+    conn.execute(statement, params)
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE metrics SET value = 1.23e-07 WHERE step = 1",
+        "DELETE FROM metrics WHERE step = 2",
+        "INSERT INTO metrics SELECT run, attempt, 9, name, value FROM metrics WHERE step = 1",
+    ],
+    ids=["edited", "removed", "added"],
+)
+def test_an_ended_attempts_metrics_are_sealed_and_a_changed_row_is_tampering(tmp_path, statement):
+    path = tmp_path / "store.sqlite"
+    with RunStore(path) as s:
+        s.register_run(manifest())
+        attempt = s.start_attempt(manifest().identity, environment_digest=ENV)
+        for step in (1, 2):
+            s.log_metrics(attempt, step, {"loss": 0.5 / step, "acc": 0.1 * step})
+        ended = s.end_attempt(attempt, "completed")
+        assert len(ended.metrics_digest) == 64
+        assert [m.value for m in s.metrics(manifest().identity, name="loss")] == [0.5, 0.25]
+    _edit(path, statement)
+    with RunStore(path, create=False) as s:
+        with pytest.raises(StoreError, match=r"attempt 1: its metric rows have digest .*, not "
+                           r"the .* the store sealed them with when the attempt ended"):
+            s.metrics(manifest().identity)
+        with pytest.raises(StoreError, match="changed afterwards"):
+            s.metrics(manifest().identity, name="acc")  # any read of the attempt checks it
+
+
+def test_the_digest_does_not_depend_on_row_order_and_an_open_attempt_is_unsealed(store):
+    from gaugelab.study.store.queries import metrics_digest
+
+    rows = [(2, "b", 0.1 + 0.2), (1, "a", -0.0), (1, "b", 1e308)]
+    assert metrics_digest(rows) == metrics_digest(rows[::-1])
+    assert metrics_digest(rows) != metrics_digest([(2, "b", 0.3), *rows[1:]])  # repr exact
+    store.register_run(manifest())
+    attempt = store.start_attempt(manifest().identity, environment_digest=ENV)
+    store.log_metrics(attempt, 1, {"loss": 1.0})
+    assert store.attempt(attempt).metrics_digest is None
+    assert store.metrics(manifest().identity)[0].value == 1.0  # open: read, not checked
+
+
+def test_a_schema_2_store_is_migrated_and_its_old_attempts_read_unsealed(tmp_path):
+    path = tmp_path / "store.sqlite"
+    with RunStore(path) as s:
+        s.register_run(manifest())
+        attempt = s.start_attempt(manifest().identity, environment_digest=ENV)
+        s.log_metrics(attempt, 1, {"loss": 1.0})
+        s.end_attempt(attempt, "completed")
+    conn = sqlite3.connect(path, isolation_level=None)  # what gaugelab wrote at schema 2
+    conn.execute("DROP TRIGGER attempts_heartbeat_or_end_once")
+    conn.execute("ALTER TABLE attempts DROP COLUMN metrics_digest")
+    conn.execute(_ATTEMPTS_UPDATE.replace(
+        "\n                 OR NEW.metrics_digest IS NOT OLD.metrics_digest", ""))
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+    with RunStore(path, create=False) as s:
+        (old,) = s.attempts(manifest().identity)
+        assert old.metrics_digest is None and s.metrics(manifest().identity)[0].value == 1.0
+        second = s.start_attempt(manifest().identity, environment_digest=ENV)
+        s.log_metrics(second, 1, {"loss": 2.0})
+        assert s.end_attempt(second, "completed").metrics_digest is not None
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

@@ -96,8 +96,9 @@ class RunContext:
         """The run's latest checkpoint, written by an earlier attempt, or ``None``.
 
         Call before training; a checkpoint found sets :attr:`resumed_from`. Its two files must
-        match the sha256 the store recorded when they were written: otherwise (edited,
-        replaced, or not on record) the checkpoint is set aside — both files renamed
+        match the sha256 the store recorded when they were written, and the metric rows of
+        the earlier attempts their seal: otherwise (edited, replaced, or not on record) the
+        checkpoint is set aside — both files renamed
         ``<name>.rejected-attempt-<n>``, never deleted — :attr:`checkpoint_rejected` says
         which file and why, and ``None`` is returned: the run starts from step 0.
 
@@ -125,7 +126,14 @@ class RunContext:
         return checkpoint
 
     def _unrecorded(self, path: Path) -> str:
-        """Why a checkpoint's files do not match the store's record of them ("" if they do)."""
+        """Why a checkpoint's files do not match the store's record of them, or the metric
+        rows logged before it no longer match their seal ("" if both hold: a resumed run
+        reads its earlier steps from those rows)."""
+        for a in self._store.attempts(self.identity):
+            if a.ordinal < self._ordinal and (tampered := self._store.verify_metrics(
+                self.identity, a.ordinal
+            )):
+                return f"the metric rows before checkpoint {path.name}: {tampered[0]}"
         recorded = {
             a.path: a.sha256
             for a in self._store.artifacts(self.identity)

@@ -116,8 +116,9 @@ class SweepResult:
             message), after retries.
         outcomes: every attempt's outcome, retries included.
         reexecuted: identity → why a completed run was executed again: its recorded artifacts
-            failed verification (:meth:`~gaugelab.study.store.db.RunStore.verify_artifacts`,
-            one problem per file, joined by ``"; "``).
+            or metric rows failed verification
+            (:meth:`~gaugelab.study.store.db.RunStore.verify_artifacts`, ``verify_metrics``;
+            one problem per line, joined by ``"; "``).
         waited: identities that another live process held when this sweep reached them (the
             sweep waited for it, then reused its result — or ran the run itself if it died).
     """
@@ -183,7 +184,8 @@ def run_sweep(
     :data:`~gaugelab.study.executors.local.POLL_SECONDS`) while this sweep goes on with the others,
     then reused — or executed, resuming from its checkpoint, if its owner died. A completed run
     is reused only if its recorded artifacts still match their sha256
-    (:meth:`~gaugelab.study.store.db.RunStore.verify_artifacts`); otherwise it is executed again
+    (:meth:`~gaugelab.study.store.db.RunStore.verify_artifacts`) and its metric rows their seal
+    (:meth:`~gaugelab.study.store.db.RunStore.verify_metrics`); otherwise it is executed again
     as a new attempt (:attr:`SweepResult.reexecuted`).
 
     Args:
@@ -267,7 +269,9 @@ def _register(
         done = [a.ordinal for a in db.attempts(identity) if a.termination == "completed"]
         distrust = 0
         if done:
-            problems = db.verify_artifacts(identity, ordinal=done[-1])
+            problems = db.verify_artifacts(identity, ordinal=done[-1]) + db.verify_metrics(
+                identity, done[-1]
+            )
             if not problems:
                 result.skipped.append(identity)
                 continue

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from gaugelab.experiments.twins.spec import TwinSpec
 from gaugelab.study.stats.paired import PairedComparison, paired_differences
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.queries import MetricsTampered
 from gaugelab.study.store.results import ArtifactError, verified_json
 
 TABLE_STEPS = (1, 10, 100)
@@ -146,16 +147,20 @@ def collect(store: RunStore, study: str) -> TwinsResult:
     base_init = row.spec["twin"]["init_seed"]
     rows = []
     for run in store.run_states(study):
+        try:
+            metrics = store.metrics(run.identity)  # sealed rows: checked as they are read
+        except MetricsTampered as exc:  # never shown: the rows changed after their attempt
+            run, metrics = run.unverified(exc), []
         if run.completed:
             try:
                 verdict = _verdict(store, run.identity)
-            except ArtifactError as exc:
+            except ArtifactError as exc:  # the summary file: the store's own rows still show
                 run = run.unverified(exc)
         twin = run.spec["twin"]
         out = TwinRow(twin["optimizer"], twin["init_seed"] - base_init, run.identity,
                       run.termination, run.termination, run.message)  # fmt: skip
         values: dict[str, dict[int, float]] = {}
-        for m in store.metrics(run.identity):
+        for m in metrics:
             values.setdefault(m.name, {})[m.step] = m.value
         out.hyper = _hyperparameters(twin)
         final = twin["steps"]

@@ -32,6 +32,8 @@ from gaugelab.study.report.builder import (
     write_report,
 )
 from gaugelab.study.store.db import MetricRow, RunRow, RunStore
+from gaugelab.study.store.queries import MetricsTampered
+from gaugelab.study.store.results import UNVERIFIED
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -200,12 +202,18 @@ def _build(
     row = _study_row(store, study)
     runs = store.runs(study)
     labels = _labels(runs)
-    metrics = {run.identity: store.metrics(run.identity) for run in runs}
+    metrics, tampered = {}, {}
+    for run in runs:
+        try:
+            metrics[run.identity] = store.metrics(run.identity)
+        except MetricsTampered as exc:  # rows changed after their attempt sealed them
+            metrics[run.identity], tampered[run.identity] = [], str(exc)
     summaries, final_rows, attempt_rows = [], [], []
     names: dict[str, None] = {}
     for run in runs:
         attempts = store.attempts(run.identity)
         status = (attempts[-1].termination or "open") if attempts else "not started"
+        status = UNVERIFIED if run.identity in tampered else status
         final = _final(metrics[run.identity])
         names.update(dict.fromkeys(sorted(final)))
         summaries.append(
@@ -226,6 +234,7 @@ def _build(
                 [run.identity[:12], a.ordinal, a.termination or "open", a.started_at, a.ended_at]
             )
     notes = [f"Read from the run store {store.path}."]
+    notes += [f"Unverified, its metrics left out: {message}" for message in tampered.values()]
     if len(names) > MAX_SUMMARY_METRICS:
         shown = list(names)[:MAX_SUMMARY_METRICS]
         summaries = [

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from gaugelab.study.spec import environment_digest as _environment_digest
 from gaugelab.study.store.owner import Owner, gone, hold, now_iso, release, this_process
-from gaugelab.study.store.queries import _ATTEMPT_SELECT, AttemptRow, _exists
+from gaugelab.study.store.queries import _ATTEMPT_SELECT, AttemptRow, _exists, metrics_digest
 from gaugelab.study.store.storefile import TERMINATION_CLASSES
 
 __all__ = ["AttemptClaims", "Claim"]
@@ -61,6 +61,18 @@ def _registered(conn: sqlite3.Connection, caller: str, identity: str) -> None:
         raise ValueError(f"{caller}: unknown run {identity!r}; register_run first")
 
 
+def _end(conn: sqlite3.Connection, attempt_id: int, termination: str, message: str) -> None:
+    """End an open attempt (inside a write transaction), sealing its metric rows."""
+    rows = conn.execute(
+        "SELECT step, name, value FROM metrics WHERE attempt = ?", (attempt_id,)
+    ).fetchall()
+    conn.execute(
+        "UPDATE attempts SET ended_at = ?, termination = ?, message = ?, metrics_digest = ? "
+        "WHERE id = ?",
+        (now_iso(), termination, message, metrics_digest(rows), attempt_id),
+    )
+
+
 class AttemptClaims:
     """Attempts: start, claim, heartbeat, end, and the closing of abandoned ones; the class
     using it provides ``_transaction``, ``_path`` and ``attempt`` (see
@@ -90,7 +102,9 @@ class AttemptClaims:
             return self._insert_attempt(conn, identity, digest)[0]
 
     def end_attempt(self, attempt_id: int, termination: str, message: str = "") -> AttemptRow:
-        """Close an open attempt with its termination class (once).
+        """Close an open attempt with its termination class (once), sealing the metric rows it
+        logged with their digest (:func:`~gaugelab.study.store.queries.metrics_digest`), which
+        every later read of them checks.
 
         Args:
             attempt_id: from :meth:`start_attempt`.
@@ -110,10 +124,7 @@ class AttemptClaims:
             )
         with self._transaction(write=True) as conn:
             self._open_attempt(conn, "end_attempt", attempt_id)
-            conn.execute(
-                "UPDATE attempts SET ended_at = ?, termination = ?, message = ? WHERE id = ?",
-                (now_iso(), termination, str(message), attempt_id),
-            )
+            _end(conn, attempt_id, termination, str(message))
         release(str(self._path), attempt_id)
         return self.attempt(attempt_id)
 
@@ -172,10 +183,7 @@ class AttemptClaims:
             if why is None:
                 holder = holder or row
                 continue
-            conn.execute(
-                "UPDATE attempts SET ended_at = ?, termination = ?, message = ? WHERE id = ?",
-                (now_iso(), termination, why + note, row.id),
-            )
+            _end(conn, row.id, termination, why + note)
             closed.append(row)
         return closed, holder
 

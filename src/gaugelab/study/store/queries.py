@@ -34,6 +34,49 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+class ArtifactError(StoreError):
+    """A file a run wrote is missing, unreadable, or differs from the sha256 the store recorded
+    for it (or the run has no completed attempt to read from); or its metric rows differ from
+    their seal (:class:`MetricsTampered`). The message names the file or rows and the run."""
+
+
+class MetricsTampered(ArtifactError):
+    """An ended attempt's metric rows differ from the digest the store sealed them with when
+    the attempt ended: rows were edited, added or removed afterwards. The message names the
+    run, the attempt and both digests."""
+
+
+def metrics_digest(rows: list[tuple[int, str, float]]) -> str:
+    """sha256 hex of one attempt's metric rows ``(step, name, value)``: one line
+    ``step\tname\trepr(value)`` each, sorted by step then name, so the same rows give the
+    same digest in any order and any process."""
+    digest = hashlib.sha256()
+    for step, name, value in sorted(rows, key=lambda r: (r[0], r[1])):
+        digest.update(f"{step}\t{name}\t{float(value)!r}\n".encode())
+    return digest.hexdigest()
+
+
+def check_sealed(conn: sqlite3.Connection, attempt_ids: set[int]) -> None:
+    """Raise :class:`MetricsTampered` unless every ended attempt of ``attempt_ids`` with a
+    recorded digest still holds exactly the rows it was sealed with."""
+    for attempt_id in sorted(attempt_ids):
+        run, ordinal, sealed = conn.execute(
+            "SELECT run, ordinal, metrics_digest FROM attempts WHERE id = ?", (attempt_id,)
+        ).fetchone()
+        if sealed is None:
+            continue
+        rows = conn.execute(
+            "SELECT step, name, value FROM metrics WHERE attempt = ?", (attempt_id,)
+        ).fetchall()
+        found = metrics_digest(rows)
+        if found != sealed:
+            raise MetricsTampered(
+                f"run {run[:12]} attempt {ordinal}: its metric rows have digest {found[:16]}…, "
+                f"not the {sealed[:16]}… the store sealed them with when the attempt ended; "
+                "they were changed afterwards"
+            )
+
+
 @dataclass(frozen=True)
 class StudyRow:
     """A study: a named group of runs, with the spec that generated them (if any)."""
@@ -62,7 +105,9 @@ class AttemptRow:
 
     ``owner_host``, ``owner_pid``, ``owner_started`` name the process that opened it (empty /
     0 for attempts recorded before owners were kept); ``heartbeat_at`` is its owner's latest
-    heartbeat while it trained (ISO 8601, UTC).
+    heartbeat while it trained (ISO 8601, UTC); ``metrics_digest`` seals the metric rows it
+    logged, recorded when it ended (:func:`metrics_digest`; ``None`` while open, and for
+    attempts that ended before stores kept it).
     """
 
     id: int
@@ -77,6 +122,7 @@ class AttemptRow:
     owner_pid: int = 0
     owner_started: str = ""
     heartbeat_at: str | None = None
+    metrics_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -230,9 +276,13 @@ class StoreQueries:
 
         Returns:
             The rows; each names the attempt ordinal that logged it.
+
+        Raises:
+            MetricsTampered: an ended attempt that a returned row comes from holds rows that
+                differ from the digest sealed when it ended (:func:`check_sealed`).
         """
         query = (
-            "SELECT m.run, a.ordinal, m.step, m.name, m.value FROM metrics m "
+            "SELECT m.run, a.ordinal, m.step, m.name, m.value, m.attempt FROM metrics m "
             "JOIN attempts a ON a.id = m.attempt WHERE m.run = ?"
         )
         params: list[Any] = [identity]
@@ -252,8 +302,23 @@ class StoreQueries:
                 query += " AND m.name = ?"
                 params.append(name)
             rows = conn.execute(query + " ORDER BY m.name, m.step, a.ordinal", params).fetchall()
-        latest = {(r[3], r[2]): MetricRow(*r) for r in rows}  # later ordinals overwrite
-        return list(latest.values())
+            latest = {(r[3], r[2]): r for r in rows}  # later ordinals overwrite
+            check_sealed(conn, {r[5] for r in latest.values()})  # the attempts read from
+        return [MetricRow(*r[:5]) for r in latest.values()]
+
+    def verify_metrics(self, identity: str, ordinal: int) -> list[str]:
+        """Check attempt ``ordinal`` of a run against the digest its metric rows were sealed
+        with: ``[]`` when they are intact (or unsealed, or there is no such attempt), else
+        one line naming the run, the attempt and both digests."""
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT id FROM attempts WHERE run = ? AND ordinal = ?", (identity, ordinal)
+            ).fetchone()
+            try:
+                check_sealed(conn, {row[0]} if row else set())
+            except MetricsTampered as exc:
+                return [str(exc)]
+        return []
 
     def artifacts(self, identity: str) -> list[ArtifactRow]:
         """Artifacts of run ``identity`` in the order they were added."""
@@ -310,7 +375,7 @@ class StoreQueries:
 _RUN_SELECT = "SELECT identity, kind, spec_json, manifest_json, created_at FROM runs"
 _ATTEMPT_SELECT = (
     "SELECT id, run, ordinal, environment_digest, started_at, ended_at, termination, message, "
-    "owner_host, owner_pid, owner_started, heartbeat_at FROM attempts"
+    "owner_host, owner_pid, owner_started, heartbeat_at, metrics_digest FROM attempts"
 )
 
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gaugelab.study.store.queries import ArtifactRow, StudyRow
-from gaugelab.study.store.storefile import StoreError
+from gaugelab.study.store.queries import ArtifactError, ArtifactRow, StudyRow
 
 __all__ = [
     "UNVERIFIED",
@@ -37,10 +36,6 @@ UNVERIFIED = "unverified"
 class of the store: the attempt did complete; its file changed afterwards)."""
 
 
-class ArtifactError(StoreError):
-    """A file a run wrote is missing, unreadable, or differs from the sha256 the store recorded
-    for it (or the run has no completed attempt to read from). The message names the file and
-    the run."""
 
 
 def verified_bytes(artifact: ArtifactRow) -> bytes:

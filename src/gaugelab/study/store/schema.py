@@ -23,10 +23,10 @@ __all__ = [
 ]
 
 APPLICATION_ID = 0x47415547  # "GAUG"
-SCHEMA_VERSION = 2
-MIGRATES_FROM = (1,)
+SCHEMA_VERSION = 3
+MIGRATES_FROM = (1, 2)
 """Older schema versions a writable store is migrated from when opened (1: attempts without
-an owner or heartbeat)."""
+an owner or heartbeat; 2: attempts without the digest of their metrics)."""
 APPEND_ONLY = "gaugelab run store is append-only"
 
 TABLES = ("studies", "runs", "study_runs", "attempts", "metrics", "artifacts")
@@ -41,20 +41,31 @@ _ATTEMPTS_UPDATE = f"""
         OR NEW.owner_host IS NOT OLD.owner_host OR NEW.owner_pid IS NOT OLD.owner_pid
         OR NEW.owner_started IS NOT OLD.owner_started
         OR (NEW.termination IS NULL
-            AND (NEW.ended_at IS NOT NULL OR NEW.message IS NOT OLD.message))
+            AND (NEW.ended_at IS NOT NULL OR NEW.message IS NOT OLD.message
+                 OR NEW.metrics_digest IS NOT OLD.metrics_digest))
     BEGIN SELECT RAISE(ABORT,
         '{APPEND_ONLY}: an open attempt can only have its heartbeat refreshed, or be ended once');
     END;
 """
-# Schema 1 → 2: attempts gain their owner and heartbeat; the update trigger admits a heartbeat.
-_MIGRATE_1 = f"""
+# Schema 1 → 3: attempts gain their owner and heartbeat (the update trigger admits a
+# heartbeat), and the digest of their metrics; 2 → 3: the digest. Attempts that ended before
+# the digest existed keep NULL: their metrics read back unsealed, as before.
+_MIGRATE = {
+    1: f"""
     ALTER TABLE attempts ADD COLUMN owner_host TEXT NOT NULL DEFAULT '';
     ALTER TABLE attempts ADD COLUMN owner_pid INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE attempts ADD COLUMN owner_started TEXT NOT NULL DEFAULT '';
     ALTER TABLE attempts ADD COLUMN heartbeat_at TEXT;
+    ALTER TABLE attempts ADD COLUMN metrics_digest TEXT;
     DROP TRIGGER attempts_end_once;
     {_ATTEMPTS_UPDATE}
-"""
+""",
+    2: f"""
+    ALTER TABLE attempts ADD COLUMN metrics_digest TEXT;
+    DROP TRIGGER attempts_heartbeat_or_end_once;
+    {_ATTEMPTS_UPDATE}
+""",
+}
 
 
 def schema() -> str:
@@ -93,6 +104,7 @@ def schema() -> str:
         owner_pid INTEGER NOT NULL DEFAULT 0,
         owner_started TEXT NOT NULL DEFAULT '',
         heartbeat_at TEXT,
+        metrics_digest TEXT CHECK (metrics_digest IS NULL OR length(metrics_digest) = 64),
         CHECK ((ended_at IS NULL) = (termination IS NULL)),
         UNIQUE (run, ordinal)
     );
@@ -157,8 +169,8 @@ def migrate(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         (version,) = conn.execute("PRAGMA user_version").fetchone()
-        if version == 1:
-            for statement in _statements(_MIGRATE_1):
+        if version in _MIGRATE:
+            for statement in _statements(_MIGRATE[version]):
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
