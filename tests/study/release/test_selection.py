@@ -110,12 +110,16 @@ def _manifest(**changes) -> CandidateManifest:
         checkpoint_steps=(100, 200),
         checkpoint_rule="max target",
         target_validation="target-val@v1",
+        target_metric_revision="v1",
         retention_validation="retention-val@v1",
+        retention_metric_revision="v1",
         stress_validation="stress-val@v1",
+        stress_metric_revision="v1",
         test_splits=("target-test@v1", "retention-test@v1"),
         probe_ids=("probe@v1",),
         trainable_parameters=16,
         optimizer_state_numel=32,
+        peak_memory_accounting="not measured",
     )
     fields.update(changes)
     return CandidateManifest(**fields)

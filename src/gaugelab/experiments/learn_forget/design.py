@@ -17,7 +17,11 @@ import math
 
 from gaugelab.experiments.learn_forget.spec import LearnForgetSpec
 from gaugelab.study.release.design import Block, CandidatePipeline, DesignManifest, NuisanceTuple
-from gaugelab.study.release.selection import CandidateManifest, MetricDeclaration
+from gaugelab.study.release.selection import (
+    PEAK_MEMORY_NOT_MEASURED,
+    CandidateManifest,
+    MetricDeclaration,
+)
 from gaugelab.tasks import TwoDomainSpec
 
 __all__ = [
@@ -26,6 +30,7 @@ __all__ = [
     "candidate_manifest",
     "design_manifest",
     "metric_declarations",
+    "metric_revision",
     "nuisance_tuples",
     "split_ids",
 ]
@@ -85,10 +90,15 @@ def split_ids(spec: LearnForgetSpec, block: str, split: str) -> tuple[str, str, 
     return tuple(f"{d}:{split}:{digests[d][:16]}:{batches}" for d in METRIC_DIRECTIONS)  # type: ignore[return-value]
 
 
+def metric_revision(spec: LearnForgetSpec) -> str:
+    """The revision of the three validation metrics (the same loss on every split)."""
+    return f"member_losses:cross-entropy:{spec.finetune.pretrain.dtype}"
+
+
 def metric_declarations(spec: LearnForgetSpec, block: str) -> tuple[MetricDeclaration, ...]:
     """The three validation metrics of ``block`` with their directions and revisions."""
     ids = split_ids(spec, block, "val")
-    revision = f"member_losses:cross-entropy:{spec.finetune.pretrain.dtype}"
+    revision = metric_revision(spec)
     return tuple(
         MetricDeclaration(
             name=d, direction=METRIC_DIRECTIONS[d], split=i, revision=revision, unit="nats/char"
@@ -195,6 +205,7 @@ def candidate_manifest(run_spec: LearnForgetSpec, trainable: int) -> CandidateMa
     p = ft.pretrain
     method, rank = run_spec.candidate_method()
     val = split_ids(run_spec, run_spec.block, "val")
+    revision = metric_revision(run_spec)
     lora = rank is not None
     return CandidateManifest(
         candidate_id=run_spec.candidate,
@@ -217,12 +228,16 @@ def candidate_manifest(run_spec: LearnForgetSpec, trainable: int) -> CandidateMa
         checkpoint_steps=run_spec.checkpoint_steps(),
         checkpoint_rule="min target validation loss, ties earliest",
         target_validation=val[0],
+        target_metric_revision=revision,
         retention_validation=val[1],
+        retention_metric_revision=revision,
         stress_validation=val[2],
+        stress_metric_revision=revision,
         test_splits=split_ids(run_spec, run_spec.block, "test"),
         probe_ids=(),
         trainable_parameters=trainable,
         optimizer_state_numel=2 * trainable,
+        peak_memory_accounting=PEAK_MEMORY_NOT_MEASURED,
     )
 
 
@@ -231,6 +246,7 @@ def base_manifest(spec: LearnForgetSpec, block: str) -> CandidateManifest:
     baseline record of its block, §0x0CF; not a training unit)."""
     p = spec.finetune.pretrain
     val = split_ids(spec, block, "val")
+    revision = metric_revision(spec)
     return CandidateManifest(
         candidate_id="base",
         base_model_id=p.identity()[:16],
@@ -252,10 +268,14 @@ def base_manifest(spec: LearnForgetSpec, block: str) -> CandidateManifest:
         checkpoint_steps=(0,),
         checkpoint_rule="the pretrained weights",
         target_validation=val[0],
+        target_metric_revision=revision,
         retention_validation=val[1],
+        retention_metric_revision=revision,
         stress_validation=val[2],
+        stress_metric_revision=revision,
         test_splits=split_ids(spec, block, "test"),
         probe_ids=(),
         trainable_parameters=0,
         optimizer_state_numel=0,
+        peak_memory_accounting=PEAK_MEMORY_NOT_MEASURED,
     )

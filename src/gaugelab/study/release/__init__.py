@@ -3,8 +3,11 @@ selection, gates and the sealed test.
 
 * ``attempts`` — Attempt lineage of a training unit: attempt identities, the retry rule and the
   attempt that counts (seed 003 §0x0CI).
-* ``catalog`` — The failure catalog: one record per failure mode gaugelab detects today (seed 003
-  §0x0CB–CC).
+* ``catalog`` — The failure catalog (seed 003 §0x0CB–CC): the seed's closure manifest of 36 typed
+  failures, four for each mechanism loop from Loop 2 through Loop 10, in the six alarm families,
+  and the failure modes this library detects beyond it.
+* ``catalog_extensions`` — Failure modes gaugelab detects beyond the seed's closure manifest of 36
+  (seed 003 §0x0CC).
 * ``checkpoints`` — Checkpoint selection, nested inside candidate selection and on validation only.
 * ``contrast`` — Paired candidate contrasts across nuisance tuples and the missing-cell policy
   (seed 003 §0x0CF–0x0CG).
@@ -13,7 +16,8 @@ selection, gates and the sealed test.
 * ``evidence`` — The evidence of one candidate (seed 003 §0x0BJ): typed sub-records, each naming
   the inference it forbids, and the :class:`CandidateRecord` that joins them under one candidate
   identity without collapsing them into one number.
-* ``failures`` — Typed failure records and the six alarm families (seed 003 §0x0CB–0x0CC).
+* ``failures`` — Typed failure records, the six alarm families and the mechanism loops (seed 003
+  §0x0CB–0x0CC).
 * ``manifest`` — The immutable experimental-design manifest (seed 003 §0x0CJ).
 * ``records`` — The frozen inputs of candidate selection: the refusal type, metric declarations and
   their orientation (target gain, forgetting), and the immutable run manifest of one candidate.

@@ -17,8 +17,10 @@ design first:
 * **attempt lineage** (§0x0CI): :class:`Attempt`, :func:`may_retry` (infrastructure failures
   only), :func:`run_outcome` (the attempt that counts, chosen without scores), over the
   harness's termination classes :data:`gaugelab.errors.TERMINATION_CLASSES`;
-* the **failure catalog** (§0x0CB–CC): :data:`FAILURE_CATALOG`, one :class:`FailureRecord` per
-  failure mode gaugelab detects, in the six :data:`ALARM_FAMILIES`.
+* the **failure catalog** (§0x0CB–CC): :data:`FAILURE_CATALOG`, the seed's 36 typed failures
+  (four per loop, Loops 2–10, in the six :data:`ALARM_FAMILIES`), each a :class:`FailureRecord`
+  with its detector and test; :data:`FAILURE_CATALOG_EXTENSIONS`, what gaugelab detects beyond
+  them.
 
 Why nuisance is declared: fine-tuning outcomes vary materially with weight initialization and
 data order (dodge2020finetuning, 2,100 BERT fine-tuning trials), and one selected seed can change
@@ -41,7 +43,7 @@ from gaugelab.study.release.attempts import (
     may_retry,
     run_outcome,
 )
-from gaugelab.study.release.catalog import FAILURE_CATALOG
+from gaugelab.study.release.catalog import FAILURE_CATALOG, FAILURE_CATALOG_EXTENSIONS
 from gaugelab.study.release.contrast import (
     IncompleteDesign,
     PairedContrast,
@@ -52,8 +54,10 @@ from gaugelab.study.release.contrast import (
 from gaugelab.study.release.failures import (
     ALARM_FAMILIES,
     ALARM_FAMILY_TABLE,
+    MECHANISM_LOOPS,
     AlarmFamily,
     FailureRecord,
+    origin_loop,
 )
 from gaugelab.study.release.manifest import (
     CONFIGURED_RANK,
@@ -77,6 +81,8 @@ __all__ = [
     "CONFIGURED_RANK",
     "DESIGN_SCHEMA",
     "FAILURE_CATALOG",
+    "FAILURE_CATALOG_EXTENSIONS",
+    "MECHANISM_LOOPS",
     "METHODS",
     "MISSING_CELL_POLICIES",
     "RETRYABLE_TERMINATIONS",
@@ -97,6 +103,7 @@ __all__ = [
     "is_complete",
     "may_retry",
     "missing_cells",
+    "origin_loop",
     "paired_contrast",
     "run_outcome",
     "teaching_design",

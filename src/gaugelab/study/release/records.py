@@ -24,8 +24,10 @@ from gaugelab.study.stats.pareto import DIRECTIONS, Direction
 __all__ = [
     "DIRECTIONS",
     "KERNEL_BUNDLE_FIELDS",
+    "MANIFEST_GROUPS",
     "METHODS",
     "OPERATIONAL_METRICS",
+    "PEAK_MEMORY_NOT_MEASURED",
     "TAIL_CONVENTIONS",
     "CandidateManifest",
     "Direction",
@@ -176,6 +178,68 @@ def forgetting(candidate: float, base: float, direction: Direction) -> float:
 # The immutable run manifest (§0x0BG)
 # --------------------------------------------------------------------------------------------
 
+_MANIFEST_TEXT = (
+    "candidate_id",
+    "base_model_id",
+    "tokenizer_id",
+    "init",
+    "optimizer",
+    "schedule",
+    "precision",
+    "data_hash",
+    "sample_order",
+    "checkpoint_rule",
+    "target_validation",
+    "target_metric_revision",
+    "retention_validation",
+    "retention_metric_revision",
+    "stress_validation",
+    "stress_metric_revision",
+    "peak_memory_accounting",
+)
+
+
+PEAK_MEMORY_NOT_MEASURED = "not measured"
+"""The peak-memory accounting of a run that records no peak: its post-training
+:class:`~gaugelab.study.release.evidence.Cost` has ``peak_mib=None``."""
+
+MANIFEST_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("candidate_id", ("candidate_id",)),
+    ("base_model_id / tokenizer_id", ("base_model_id", "tokenizer_id")),
+    ("method / configured rank / target-module surface", ("method", "rank", "target_modules")),
+    ("alpha / dropout / initialization", ("alpha", "dropout", "init")),
+    (
+        "optimizer / schedule / precision / clipping",
+        ("optimizer", "schedule", "precision", "clipping"),
+    ),
+    (
+        "train dataset payload hash / sample order / token budget",
+        ("data_hash", "sample_order", "token_budget"),
+    ),
+    ("seed / world size / gradient accumulation", ("seeds", "world_size", "grad_accumulation")),
+    ("checkpoint cadence / selection rule", ("checkpoint_steps", "checkpoint_rule")),
+    (
+        "target-validation split and metric revision",
+        ("target_validation", "target_metric_revision"),
+    ),
+    (
+        "retention-validation split and metric revision",
+        ("retention_validation", "retention_metric_revision"),
+    ),
+    (
+        "stress-validation split and metric revision",
+        ("stress_validation", "stress_metric_revision"),
+    ),
+    ("held-out test split identities", ("test_splits",)),
+    ("diagnostic probe identities", ("probe_ids",)),
+    (
+        "trainable-state and peak-memory accounting",
+        ("trainable_parameters", "optimizer_state_numel", "peak_memory_accounting"),
+    ),
+)
+"""The fourteen groups of §0x0BG, each the seed's line with the :class:`CandidateManifest` fields
+that hold it; together they are every field of the manifest."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class CandidateManifest:
@@ -183,7 +247,8 @@ class CandidateManifest:
 
     "Rank without surface is incomplete": the candidate is the method, rank, target-module
     surface, scale, initialisation, optimizer, schedule and data budget together. Strings are
-    identities (model ids, payload hashes, split ids including their revision).
+    identities (model ids, payload hashes, split ids including their revision). The groups and
+    their fields are :data:`MANIFEST_GROUPS`; :meth:`digest` covers every field.
 
     Attributes:
         candidate_id, base_model_id, tokenizer_id: identities.
@@ -197,14 +262,21 @@ class CandidateManifest:
         checkpoint_steps: ascending checkpoint cadence (steps); checkpoint_rule: the
             validation-only selection rule's name.
         target_validation, retention_validation, stress_validation: validation split ids.
+        target_metric_revision, retention_metric_revision, stress_metric_revision: the revision
+            of the metric computed on each split; every record of the candidate carries it.
         test_splits: held-out split ids, disjoint from the validation and probe ids.
-        probe_ids: diagnostic probe identities.
+        probe_ids: diagnostic probe identities (distinct; may be empty).
         trainable_parameters, optimizer_state_numel: trainable-state accounting (elements).
+        peak_memory_accounting: the pinned contract under which the run's peak memory is
+            measured (device, allocator counter, phases included — a transient initialization
+            peak counts, §0x0AU), or :data:`PEAK_MEMORY_NOT_MEASURED`; the measured peak itself
+            is on the post-training record (``Cost.peak_mib``), never inferred from rank.
 
     Raises:
         SelectionError: unknown method; rank not ``None`` for base / full or not ≥ 1 for LoRA;
-            alpha missing for LoRA; an empty surface for LoRA; a test split among the
-            validation or probe ids; a negative count; repeated seeds, modules or steps.
+            alpha missing for LoRA; an empty surface for LoRA; an empty identity, name, rule,
+            split, revision or accounting; a test split among the validation or probe ids; a
+            negative count; repeated seeds, modules, steps or probe ids.
     """
 
     candidate_id: str
@@ -229,16 +301,20 @@ class CandidateManifest:
     checkpoint_steps: tuple[int, ...]
     checkpoint_rule: str
     target_validation: str
+    target_metric_revision: str
     retention_validation: str
+    retention_metric_revision: str
     stress_validation: str
+    stress_metric_revision: str
     test_splits: tuple[str, ...]
     probe_ids: tuple[str, ...]
     trainable_parameters: int
     optimizer_state_numel: int
+    peak_memory_accounting: str
 
     def __post_init__(self) -> None:
         fn = "CandidateManifest"
-        for name in ("candidate_id", "base_model_id", "tokenizer_id", "checkpoint_rule"):
+        for name in _MANIFEST_TEXT:
             _text(fn, name, getattr(self, name))
         if self.method not in METHODS:
             raise _fail(fn, "method", self.method, ", ".join(METHODS))
@@ -272,12 +348,13 @@ class CandidateManifest:
         if not all(_is_int(s) and s >= 0 for s in steps) or list(steps) != sorted(set(steps)):
             raise _fail(fn, "checkpoint_steps", steps, "strictly increasing integers ≥ 0")
         validation = (self.target_validation, self.retention_validation, self.stress_validation)
-        for name, value in zip(("target", "retention", "stress"), validation, strict=True):
-            _text(fn, f"{name}_validation", value)
+        probes = tuple(self.probe_ids)
+        if not all(isinstance(p, str) and p for p in probes) or len(set(probes)) != len(probes):
+            raise _fail(fn, "probe_ids", probes, "distinct non-empty ids (or none)")
         tests = tuple(self.test_splits)
         if not tests or not all(isinstance(t, str) and t for t in tests):
             raise _fail(fn, "test_splits", tests, "a non-empty tuple of split ids")
-        leaked = sorted(set(tests) & (set(validation) | set(self.probe_ids)))
+        leaked = sorted(set(tests) & (set(validation) | set(probes)))
         if leaked:
             raise _fail(
                 fn,
@@ -287,6 +364,10 @@ class CandidateManifest:
             )
         for name in ("seeds", "checkpoint_steps", "test_splits", "probe_ids"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def metric_revisions(self) -> dict[str, str]:
+        """Operational metric → the metric revision this manifest froze for its split."""
+        return {m: getattr(self, f"{m}_metric_revision") for m in OPERATIONAL_METRICS}
 
     @property
     def configured_rank_or_inf(self) -> float:

@@ -16,6 +16,7 @@ from gaugelab.study.release.evidence import CandidateRecord
 from gaugelab.study.release.records import (
     DIRECTIONS,
     OPERATIONAL_METRICS,
+    PEAK_MEMORY_NOT_MEASURED,
     CandidateManifest,
     Direction,
     MetricDeclaration,
@@ -30,8 +31,11 @@ _CONTRACT = (
     "base_model_id",
     "tokenizer_id",
     "target_validation",
+    "target_metric_revision",
     "retention_validation",
+    "retention_metric_revision",
     "stress_validation",
+    "stress_metric_revision",
     "test_splits",
     "probe_ids",
 )
@@ -82,7 +86,10 @@ def validate_records(
     baseline id, and when the baseline is among the records, every gain and forgetting equal
     to its recomputation from the raw means; one tail convention. With ``manifests``: one per
     record, matching its digest, method, rank and trainable-state accounting, and one shared
-    contract (base model, tokenizer, validation, test and probe splits).
+    record, matching its digest, method, rank, trainable-state accounting, metric revisions and
+    peak-memory accounting (a measured ``cost.peak_mib`` exactly when the manifest declares a
+    measurement), and one shared contract (base model, tokenizer, validation splits and their
+    metric revisions, test and probe splits).
 
     Raises:
         SelectionError: the first rule broken, naming the record and the field.
@@ -182,12 +189,21 @@ def _check_manifests(
             "cost.trainable_parameters": (r.cost.trainable_parameters, m.trainable_parameters),
             "cost.optimizer_state_numel": (r.cost.optimizer_state_numel, m.optimizer_state_numel),
         }
+        for metric, revision in m.metric_revisions().items():
+            checks[f"revisions[{metric!r}]"] = (r.revisions.get(metric), revision)
         for name, (got, want) in checks.items():
             if got != want:
                 raise SelectionError(
                     f"{fn}: record {r.candidate_id!r} has {name}={got!r}; allowed: {want!r} "
                     "from its frozen manifest (a changed lineage is a new candidate, §0x0BH)"
                 )
+        measured = m.peak_memory_accounting != PEAK_MEMORY_NOT_MEASURED
+        if (r.cost.peak_mib is not None) != measured:
+            raise SelectionError(
+                f"{fn}: record {r.candidate_id!r} has cost.peak_mib={r.cost.peak_mib!r}; "
+                f"allowed: {'a measurement' if measured else 'None'} under its manifest's "
+                f"peak_memory_accounting={m.peak_memory_accounting!r} (§0x0BG)"
+            )
         for name in _CONTRACT:
             if getattr(m, name) != getattr(first, name):
                 raise SelectionError(
