@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["TERMINATION_CLASSES", "NonFiniteError", "OptimizerFailure"]
+import errno
+import sqlite3
+
+__all__ = ["TERMINATION_CLASSES", "NonFiniteError", "OptimizerFailure", "disk_full"]
 
 TERMINATION_CLASSES: tuple[str, ...] = (
     "completed",
@@ -44,3 +47,11 @@ class OptimizerFailure(RuntimeError):
     def __init__(self, optimizer: str, phase: str, reason: str, hint: str = "") -> None:
         self.optimizer, self.phase, self.reason, self.hint = optimizer, phase, reason, hint
         super().__init__(f"{optimizer}: {phase}: {reason}" + (f" ({hint})" if hint else ""))
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` says the disk is full: an ``OSError`` with ``ENOSPC``, or SQLite's
+    "database or disk is full"."""
+    if isinstance(error, sqlite3.Error):
+        return "full" in str(error)
+    return isinstance(error, OSError) and error.errno == errno.ENOSPC

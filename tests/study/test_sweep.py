@@ -128,6 +128,15 @@ def test_the_experiments_own_errors_are_classified_by_cause_and_never_retried(tm
     assert "rejects the spec" in outcome.message
 
 
+def test_a_full_disk_or_exhausted_memory_is_named_with_what_to_do(tmp_path):
+    sweep = Sweep(ToySpec(), grid={"fail": ["disk-full", "no-memory"]})
+    result = run_sweep(sweep, store=tmp_path / "s.sqlite", max_workers=1, retries=0)
+    messages = sorted(o.message for o in result.failed)
+    assert messages[0].startswith("disk full while writing ") and "c.pt — free space and " \
+        "rerun the same command (completed runs are kept)" in messages[0]
+    assert messages[1].startswith("out of memory — a smaller size, or fewer --max-workers")
+
+
 def test_one_local_worker_runs_in_this_process_like_a_pool_of_two(tmp_path):
     sweep = Sweep(ToySpec(), grid={"x": [1.0, 2.0]}, seeds=[0, 1], seed_field="seed")
     inline = run_sweep(sweep, store=tmp_path / "inline.sqlite", max_workers=1, threads=1)

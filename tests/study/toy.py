@@ -1,5 +1,6 @@
 """A toy experiment for the harness tests (importable by spawned workers and Ray)."""
 
+import errno
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -16,7 +17,8 @@ class ToySpec(ExperimentSpec):
     x: float = Field(1.0, description="slope")
     seed: int = Field(0, description="offset")
     steps: int = Field(3, ge=1, description="steps")
-    fail: Literal["none", "nan", "stop", "flaky-os", "bug", "admission", "missing-file"] = Field(
+    fail: Literal["none", "nan", "stop", "flaky-os", "bug", "admission", "missing-file",
+                  "disk-full", "no-memory"] = Field(
         "none", description="scripted failure"
     )
 
@@ -33,6 +35,10 @@ class ToySpec(ExperimentSpec):
                 raise ValidationStop("toy: validation loss stopped improving")
         if self.fail == "flaky-os" and run.directory.name == "attempt-1":
             raise OSError("toy: disk hiccup on the first attempt")
+        if self.fail == "disk-full":
+            raise OSError(errno.ENOSPC, "No space left on device", str(run.directory / "c.pt"))
+        if self.fail == "no-memory":
+            raise MemoryError
         if self.fail == "bug":
             raise ZeroDivisionError("toy: a bug")
         if self.fail == "missing-file":

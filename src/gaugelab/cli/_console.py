@@ -9,7 +9,6 @@ steps, 00:41`` — so a log shows the work moving and stdout holds only the resu
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import sqlite3
 import sys
@@ -33,7 +32,7 @@ from gaugelab.cli._errors import (
     interrupted,
 )
 from gaugelab.cli._tables import rich_table
-from gaugelab.errors import NonFiniteError
+from gaugelab.errors import NonFiniteError, disk_full
 from gaugelab.study.report.builder import Table
 
 _db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only when a study runs
@@ -218,12 +217,6 @@ def working(console: Console, message: str) -> Iterator[None]:
             yield
 
 
-def _disk_full(error: BaseException) -> bool:
-    if isinstance(error, sqlite3.Error):
-        return "full" in str(error)
-    return isinstance(error, OSError) and error.errno == errno.ENOSPC
-
-
 def run_with_bars(
     console: Console,
     header: str,
@@ -260,7 +253,7 @@ def run_with_bars(
     except (ValueError, _db.StoreError, NonFiniteError) as exc:
         raise fail(str(exc)) from None
     except (OSError, sqlite3.Error) as exc:
-        if not _disk_full(exc) or store is None:
+        if not disk_full(exc) or store is None:
             raise fail(environment_message(exc, paths)) from None
         where = getattr(exc, "filename", None) or store
         finished = bars is not None and bars.total is not None and bars.done >= bars.total

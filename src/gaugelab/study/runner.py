@@ -42,7 +42,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gaugelab.errors import NonFiniteError
+from gaugelab.errors import NonFiniteError, disk_full
 from gaugelab.study.context import RunContext
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.study.store.db import RunStore
@@ -155,8 +155,16 @@ def retryable(exc: BaseException) -> bool:
 
 
 def _summary(exc: BaseException) -> str:
+    """One line: the exception and where it was raised; a full disk or exhausted memory says
+    so, with what to do (the user's remedy, not the code's traceback)."""
     frames = traceback.extract_tb(exc.__traceback__)[-1:]
     where = f" (at {frames[0].filename}:{frames[0].lineno})" if frames else ""
+    if disk_full(exc):
+        what = getattr(exc, "filename", None) or "a file of the run"
+        return (f"disk full while writing {what} — free space and rerun the same command "
+                f"(completed runs are kept){where}")  # fmt: skip
+    if isinstance(exc, MemoryError):
+        return f"out of memory — a smaller size, or fewer --max-workers{where}"
     return f"{type(exc).__name__}: {exc}{where}"
 
 
