@@ -340,3 +340,23 @@ def test_factor_diagnostics_are_logged_on_request_and_change_no_trained_number(s
         steps = {s for name, s in diag if name.endswith(f"/seed={seed}/norm_B")}
         assert steps == set(range(5, SPEC.steps + 1, 5))
     assert {k: v for k, v in logged.items() if k not in diag} == plain  # bit for bit
+
+
+def test_a_candidate_blocked_by_a_failed_pretrain_names_the_pretrains_failure(tmp_path):
+    from gaugelab.study.runner import AdmissionError
+    from gaugelab.study.spec import Manifest
+
+    with RunStore(tmp_path / "s.sqlite") as db:
+        with pytest.raises(AdmissionError, match="did not complete: it has not been run; run "
+                           "the study with run_lora_finetune"):  # fmt: skip
+            pretrain_weights(db, SPEC.pretrain)
+        db.register_run(Manifest.for_spec(SPEC.pretrain))
+        attempt = db.start_attempt(SPEC.pretrain.identity())
+        db.end_attempt(attempt, "numerical_failure", "NonFiniteError: loss is nan at step 3")
+        with pytest.raises(AdmissionError) as error:
+            pretrain_weights(db, SPEC.pretrain)
+    assert str(error.value) == (
+        f"the pretrain run {SPEC.pretrain.identity()[:12]} did not complete: it failed: "
+        "numerical_failure — NonFiniteError: loss is nan at step 3; the candidates run once "
+        "it completes: mend its cause and rerun the same command"
+    )

@@ -192,10 +192,10 @@ def pretrain_weights(store: Any, spec: DigitsPretrainSpec) -> dict[str, torch.Te
         AdmissionError: not completed; ArtifactError: its weights file changed or is missing.
     """
     identity = spec.identity()
-    if not store.completed(identity):
+    if why := store.incomplete(identity):
         raise AdmissionError(
-            f"the digits pretrain run {identity[:12]} has not completed in "
-            f"{store.path}; run_intrinsic_dim runs it first"
+            f"the digits pretrain run {identity[:12]} did not complete: {why}"
+            + ("" if why.startswith("it failed") else "; run_intrinsic_dim runs it first")
         )
     return safetensors.torch.load(store.result(identity, "weights").data)
 

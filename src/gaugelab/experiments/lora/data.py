@@ -76,11 +76,14 @@ def pretrain_weights(store: Any, spec: PretrainSpec) -> dict[str, torch.Tensor]:
         ArtifactError: the weights file is missing or changed since the run wrote it.
     """
     identity = spec.identity()
-    if not store.completed(identity):
-        raise AdmissionError(
-            f"the pretrain run {identity[:12]} has not completed in {store.path}; run the "
-            "study with run_lora_finetune (gaugelab lora finetune), which runs it first"
+    if why := store.incomplete(identity):
+        advice = (
+            "the candidates run once it completes: mend its cause and rerun the same command"
+            if why.startswith("it failed")
+            else "run the study with run_lora_finetune (gaugelab lora finetune), which runs it "
+            "first"
         )
+        raise AdmissionError(f"the pretrain run {identity[:12]} did not complete: {why}; {advice}")
     return safetensors.torch.load(store.result(identity, "weights").data)
 
 

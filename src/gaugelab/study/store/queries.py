@@ -241,6 +241,20 @@ class StoreQueries:
             ).fetchone()
         return row is not None
 
+    def incomplete(self, identity: str) -> str:
+        """Why run ``identity`` has not completed, in words: ``"it has not been run"``,
+        ``"it is still running (attempt 2)"``, or ``"it failed: numerical_failure —
+        NonFiniteError: …"`` (its latest attempt's class and message); ``""`` when it has."""
+        attempts = self.attempts(identity)
+        if any(a.termination == "completed" for a in attempts):
+            return ""
+        if not attempts:
+            return "it has not been run"
+        last = attempts[-1]
+        if last.termination is None:
+            return f"it is still running (attempt {last.ordinal})"
+        return f"it failed: {last.termination} — {last.message}".rstrip(" —")
+
     def attempts(self, identity: str) -> list[AttemptRow]:
         """The attempts at run ``identity`` by ordinal (empty for an unknown run)."""
         with self._transaction(write=False) as conn:
