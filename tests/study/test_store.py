@@ -601,3 +601,18 @@ def test_a_schema_2_store_is_migrated_and_its_old_attempts_read_unsealed(tmp_pat
         assert s.end_attempt(second, "completed").metrics_digest is not None
     with contextlib.closing(sqlite3.connect(path)) as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+def test_an_sqlite_io_error_on_a_full_device_reads_as_a_full_disk(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gaugelab.study.store import storefile
+
+    error = sqlite3.OperationalError("disk I/O error")
+    error.sqlite_errorname = "SQLITE_IOERR_SHMSIZE"
+    monkeypatch.setattr(storefile.os, "statvfs", lambda p: SimpleNamespace(f_bavail=0))
+    message = str(refused(tmp_path / "store.sqlite", error))
+    assert message.startswith(f"{tmp_path / 'store.sqlite'}: disk full — SQLite could not ")
+    assert "free space on the device and rerun" in message and "SHMSIZE" in message
+    monkeypatch.setattr(storefile.os, "statvfs", lambda p: SimpleNamespace(f_bavail=10))
+    assert "SQLite refused the run store" in str(refused(tmp_path / "store.sqlite", error))

@@ -66,14 +66,30 @@ class StoreError(ValueError):
 def refused(path: Path, error: sqlite3.DatabaseError) -> StoreError:
     """The :class:`StoreError` for an SQLite error raised while reading the store at ``path``.
 
-    Corrupt pages (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``) read as a corrupt store; any other
+    Corrupt pages (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``) read as a corrupt store; an I/O
+    error on a device with no free space (``SQLITE_IOERR_SHMSIZE`` when the ``-shm`` file
+    cannot grow) as a full disk, with what to do; any other
     SQLite error (a lock held past the busy timeout, an unreadable file) as SQLite refusing
     it. Either way the message names the path and says the file was left untouched: SQLite
     rolls a failed statement back, and gaugelab never repairs or rewrites a store.
     """
     code = getattr(error, "sqlite_errorname", None) or type(error).__name__
+    if code.startswith(("SQLITE_IOERR", "SQLITE_FULL")) and _no_space(path):
+        return StoreError(
+            f"{path}: disk full — SQLite could not write its shared-memory or journal file "
+            f"beside the store ({code}); free space on the device and rerun (the file was left "
+            "untouched)"
+        )
     what = "corrupt gaugelab run store" if code in _CORRUPT else "SQLite refused the run store"
     return StoreError(f"{path}: {what} ({code}: {error}); the file was left untouched")
+
+
+def _no_space(path: Path) -> bool:
+    """Whether the device holding ``path``'s folder has no free block left for this user."""
+    try:
+        return os.statvfs(path.parent).f_bavail == 0
+    except OSError:
+        return False
 
 
 def check_header(path: Path) -> int:
