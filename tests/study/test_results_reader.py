@@ -83,3 +83,20 @@ def test_a_spec_names_its_trainer_and_one_without_is_refused(tmp_path):
         run_sweep(Sweep(NoTrainerSpec(), name="x"), store=tmp_path / "s.sqlite")
     with pytest.raises(TypeError, match="NoTrainerSpec declares no trainer"):
         NoTrainerSpec().execute(None)
+
+
+def test_a_running_or_unattempted_run_is_pending_not_failed(tmp_path):
+    from gaugelab.study.spec import Manifest
+    from gaugelab.study.store.results import RunState
+
+    states = {t: RunState("x" * 64, {}, t, "") for t in
+              ("completed", "open", "not run", "numerical_failure", "cancelled", UNVERIFIED)}
+    assert [t for t, s in states.items() if s.failed] == ["numerical_failure", "cancelled",
+                                                          UNVERIFIED]  # fmt: skip
+    with RunStore(tmp_path / "s.sqlite") as db:  # a report written while the study runs
+        db.add_study("live")
+        spec = FilesSpec()
+        db.register_run(Manifest.for_spec(spec), study="live")
+        db.start_attempt(spec.identity())
+        (state,) = db.run_states("live")
+    assert state.termination == "open" and not state.failed and not state.completed

@@ -59,8 +59,8 @@ class IntrinsicResult:
 
     @property
     def failures(self) -> list[RunState]:
-        """Runs that did not complete."""
-        return [s for s in self.states if not s.completed]
+        """Runs that ended without completing (running ones are not failures)."""
+        return [s for s in self.states if s.failed]
 
 
 def collect(store: RunStore, study: str) -> IntrinsicResult:

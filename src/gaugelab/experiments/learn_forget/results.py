@@ -62,8 +62,8 @@ class LearnForgetResult:
 
     @property
     def failures(self) -> list[Any]:
-        """The runs that did not complete (their states)."""
-        return [c.state for c in self.cells if not c.state.completed]
+        """The runs that ended without completing (their states; running ones are not)."""
+        return [c.state for c in self.cells if c.state.failed]
 
 
 def contrasts(spec: LearnForgetSpec, measured: dict[str, Measured]) -> list[PairedContrast]:

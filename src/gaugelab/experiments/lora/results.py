@@ -75,8 +75,8 @@ class LoraResult:
 
     @property
     def failures(self) -> list[RunState]:
-        """Runs that did not complete (the pretrain included)."""
-        return [r for r in self.runs if not r.completed]
+        """Runs that ended without completing (the pretrain included; running ones are not)."""
+        return [r for r in self.runs if r.failed]
 
 
 def _state(store: RunStore, identity: str) -> RunState:

@@ -68,7 +68,7 @@ class KernelResult:
 
     @property
     def failures(self) -> list[RunState]:
-        return [r for r in (self.pretrain, *(o.state for o in self.runs)) if not r.completed]
+        return [r for r in (self.pretrain, *(o.state for o in self.runs)) if r.failed]
 
 
 def collect(store: RunStore, study: str) -> KernelResult:

@@ -80,8 +80,8 @@ class LoraTwinsResult:
 
     @property
     def failures(self) -> list[RunState]:
-        """Runs that did not complete."""
-        return [r.state for r in self.rows if not r.state.completed]
+        """Runs that ended without completing (running ones are not failures)."""
+        return [r.state for r in self.rows if r.state.failed]
 
 
 def collect(store: RunStore, study: str) -> LoraTwinsResult:

@@ -114,8 +114,8 @@ class ZooResult:
 
     @property
     def failures(self) -> list[RunState]:
-        """Runs that did not complete."""
-        return [r for r in self.runs if not r.completed]
+        """Runs that ended without completing (running ones are not failures)."""
+        return [r for r in self.runs if r.failed]
 
 
 @dataclass
@@ -195,5 +195,5 @@ class DialResult:
 
     @property
     def failures(self) -> list[RunState]:
-        """Runs that did not complete."""
-        return [r for r in self.runs if not r.completed]
+        """Runs that ended without completing (running ones are not failures)."""
+        return [r for r in self.runs if r.failed]

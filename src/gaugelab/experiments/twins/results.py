@@ -21,7 +21,7 @@ from gaugelab.experiments.twins.spec import TwinSpec
 from gaugelab.study.stats.paired import PairedComparison, paired_differences
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.store.queries import MetricsTampered
-from gaugelab.study.store.results import ArtifactError, verified_json
+from gaugelab.study.store.results import PENDING, ArtifactError, verified_json
 
 TABLE_STEPS = (1, 10, 100)
 
@@ -96,8 +96,9 @@ class TwinsResult:
 
     @property
     def failures(self) -> list[TwinRow]:
-        """Runs that did not complete (as rows: identity, termination, message)."""
-        return [r for r in self.rows if r.termination != "completed"]
+        """Runs that ended without completing (as rows: identity, termination, message);
+        running ones are not failures."""
+        return [r for r in self.rows if r.termination not in ("completed", *PENDING)]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the result."""

@@ -22,6 +22,7 @@ from typing import Any
 from gaugelab.study.store.queries import ArtifactError, ArtifactRow, StudyRow
 
 __all__ = [
+    "PENDING",
     "UNVERIFIED",
     "ArtifactError",
     "ResultReader",
@@ -31,6 +32,10 @@ __all__ = [
     "verified_json",
 ]
 
+PENDING = ("open", "not run")
+"""Read-back states of a run that has not ended: running (``open``) or not yet attempted; such a
+run is neither completed nor failed (a report written while its study runs lists it as
+running)."""
 UNVERIFIED = "unverified"
 """The read-back state of a completed run whose artifact fails verification (not a termination
 class of the store: the attempt did complete; its file changed afterwards)."""
@@ -127,6 +132,12 @@ class RunState:
     def completed(self) -> bool:
         """The latest attempt completed (and, once read back, its files verified)."""
         return self.termination == "completed"
+
+    @property
+    def failed(self) -> bool:
+        """The run ended without completing (or its files failed verification): neither
+        completed nor :data:`PENDING`."""
+        return not self.completed and self.termination not in PENDING
 
     def unverified(self, error: ArtifactError) -> RunState:
         """This run as :data:`UNVERIFIED`, with ``error`` and what to do as the message."""
