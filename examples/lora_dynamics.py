@@ -62,8 +62,10 @@ def _shapes(model):
     }
 
 
-LIBRARY_INIT = {"standard": "standard", "reversed": "reversed", "both-zero": "zero"}
-"""Mechanism → the ``inject_lora`` initialisation family that realises it."""
+LIBRARY_INIT = {"standard": "peft-default", "reversed": "reversed", "both-zero": "zero"}
+"""Mechanism → the ``inject_lora`` initialisation family that realises it (the standard
+mechanism, random A and B = 0, drawn as PEFT draws it: the measurements of
+docs/lowrank-dynamics.md were taken so)."""
 
 
 def _library_factors(base_state, spec, d_vocab, r, alpha, init, seed):
@@ -83,7 +85,7 @@ def _zero_product_factors(kind, base_state, spec, d_vocab, r, alpha, seed):
     coordinates (``B`` uses ``[0, r/2)``, ``A`` only ``[r/2, r)``), so ``B A = 0``."""
     if kind in LIBRARY_INIT:
         return _library_factors(base_state, spec, d_vocab, r, alpha, LIBRARY_INIT[kind], seed)
-    std = _library_factors(base_state, spec, d_vocab, r, alpha, "standard", seed)
+    std = _library_factors(base_state, spec, d_vocab, r, alpha, LIBRARY_INIT["standard"], seed)
     rev = _library_factors(base_state, spec, d_vocab, r, alpha, "reversed", seed)
     out = {}
     for path in std:

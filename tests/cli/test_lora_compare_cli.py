@@ -41,7 +41,7 @@ def folders(tmp_path_factory):
     out = []
     for seed, r in ((1, 2), (2, 3)):
         model = Transformer(SMALL, seed=0, dtype=torch.float64)
-        inject_lora(model, ["q_proj", "fc_in"], r, 2.0 * r, init="gaussian", seed=seed)
+        inject_lora(model, ["q_proj", "fc_in"], r, 2.0 * r, init="peft-gaussian", seed=seed)
         made = Adapter.from_model(model, base_model_name_or_path="tiny")
         gen = torch.Generator().manual_seed(seed)
         modules = {p: AdapterModule(m.A, torch.randn(*m.B.shape, generator=gen,

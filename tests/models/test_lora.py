@@ -101,19 +101,27 @@ def test_dropout_acts_on_the_adapter_input_only():
 
 @pytest.mark.parametrize(
     ("init", "zero_factor"),
-    [("standard", "up"), ("reversed", "down"), ("gaussian", "up"), ("zero", "both")],
+    [
+        ("standard", "up"),
+        ("peft-default", "up"),
+        ("reversed", "down"),
+        ("peft-gaussian", "up"),
+        ("zero", "both"),
+    ],
 )
-def test_init_families_draw_peft_distributions(init, zero_factor):
+def test_init_families_draw_their_stated_distributions(init, zero_factor):
     r, d_in, d_out = 4, 6, 5
     layer = LoRALinear(linear(d_in, d_out), r, 8.0, init=init, seed=7, name="m")
     A, B = layer.lora_A.detach(), layer.lora_B.detach()
     g = gen(module_seed(7, "m"))
-    if init == "standard":  # PEFT: kaiming_uniform_(A, a=√5), B = 0
+    if init == "standard":  # hu2021lora: Gaussian A (variance 1/d_in), B = 0
+        assert torch.equal(A, torch.empty(r, d_in, dtype=F64).normal_(0, d_in**-0.5, generator=g))
+    elif init == "peft-default":  # PEFT: kaiming_uniform_(A, a=√5), B = 0
         assert torch.equal(
             A,
             nn.init.kaiming_uniform_(torch.empty(r, d_in, dtype=F64), a=math.sqrt(5), generator=g),
         )
-    elif init == "gaussian":  # PEFT: normal_(A, std=1/r), B = 0
+    elif init == "peft-gaussian":  # PEFT: normal_(A, std=1/r), B = 0
         assert torch.equal(
             A, nn.init.normal_(torch.empty(r, d_in, dtype=F64), std=1 / r, generator=g)
         )
@@ -131,8 +139,9 @@ def test_init_families_draw_peft_distributions(init, zero_factor):
 @pytest.mark.parametrize(
     ("init", "factor", "variance"),
     [
-        ("standard", "down", 1 / (3 * 400)),
-        ("gaussian", "down", 1 / 64**2),
+        ("standard", "down", 1 / 400),
+        ("peft-default", "down", 1 / (3 * 400)),
+        ("peft-gaussian", "down", 1 / 64**2),
         ("reversed", "up", 1 / (3 * 64)),
     ],
 )

@@ -20,8 +20,18 @@ from typing import Any
 import torch
 from torch import nn
 
-INITS = ("standard", "reversed", "gaussian", "zero", "given")
-"""The initialisation families of :func:`gaugelab.models.lora.inject_lora` (seed §0x07F)."""
+INITS = ("standard", "peft-default", "peft-gaussian", "reversed", "zero", "given")
+"""The initialisation families of :func:`gaugelab.models.lora.inject_lora` (seed §0x07F–G);
+each is described, with its source, in :func:`init_factors`."""
+
+DEFAULT_INIT = "peft-default"
+"""The default of :class:`gaugelab.models.lora.LoRALinear` and ``inject_lora``: PEFT's own
+default start, so an adapter drawn here starts where PEFT's would."""
+
+_RENAMED = {
+    "gaussian": "it was PEFT's N(0, 1/r²), now 'peft-gaussian'; the original LoRA paper's "
+    "Gaussian A is 'standard'",
+}
 
 RECORD_INITS = (*INITS, "unknown")
 ZERO_FACTORS = ("up", "down", "both", "none", "unknown")
@@ -32,6 +42,19 @@ MERGED = (
     "recoverable from W (seed §0x08K)"
 )
 UNMERGED = "unmerged: W -= s·B A; the base weight is restored to round-off"
+
+
+def check_init(owner: str, init: object, *, allowed: tuple[str, ...] = INITS) -> str:
+    """``init`` if it names one of ``allowed``, else a ``ValueError``.
+
+    Raises:
+        ValueError: naming ``owner``, the value and the allowed names (for a name this library
+            used to accept, ``gaussian``, also what it is called now).
+    """
+    if isinstance(init, str) and init in allowed:
+        return init
+    hint = f" ({_RENAMED[init]})" if isinstance(init, str) and init in _RENAMED else ""
+    raise ValueError(f"{owner}: init={init!r}; allowed: {', '.join(allowed)}{hint}")
 
 
 def lora_scale(alpha: float, r: int, use_rslora: bool = False) -> float:
@@ -75,8 +98,10 @@ class FactorRecord:
         module: the module path (``blocks.0.attn.q_proj``).
         d_in, d_out, r: the base layer's input and output widths and the adapter rank.
         alpha, use_rslora, scale: ``lora_alpha``, the rsLoRA flag and the stored scale ``s``.
-        init: ``standard``, ``reversed``, ``gaussian``, ``zero``, ``given`` or ``unknown``
-            (an adapter read from files that carry no record).
+        init: one of :data:`INITS` or ``unknown`` (an adapter read from files that carry no
+            record). Records written before ``peft-default`` had its name say ``standard``
+            with a ``uniform(...)`` A, or ``gaussian``; :meth:`from_dict` reads them under the
+            names they have now.
         zero_factor: the factor that was zero at initialisation: ``up`` (B), ``down`` (A),
             ``both``, ``none`` or ``unknown``.
         down_distribution, down_variance, up_distribution, up_variance: the entry
@@ -176,12 +201,23 @@ class FactorRecord:
                 f"FactorRecord.from_dict: unknown fields {unknown}, missing fields {missing}; "
                 f"allowed: {', '.join(fields)}"
             )
-        return cls(**{**values, "history": tuple(values.get("history", ()))})
+        values = {**values, "history": tuple(values.get("history", ()))}
+        values["init"] = _current_init_name(values)
+        return cls(**values)
 
     @classmethod
     def from_json(cls, text: str) -> FactorRecord:
         """Inverse of :meth:`to_json` (see :meth:`from_dict`)."""
         return cls.from_dict(json.loads(text))
+
+
+def _current_init_name(values: Mapping[str, Any]) -> Any:
+    # Records written before "peft-default" existed called PEFT's Kaiming-uniform start
+    # "standard" and PEFT's N(0, 1/r²) start "gaussian"; the recorded distribution tells.
+    init = values.get("init")
+    if init == "standard" and str(values.get("down_distribution", "")).startswith("uniform("):
+        return "peft-default"
+    return "peft-gaussian" if init == "gaussian" else init
 
 
 def _kaiming_uniform(shape: tuple[int, int], generator, dtype: torch.dtype) -> torch.Tensor:
@@ -201,40 +237,59 @@ def init_factors(
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """Draw ``A [r, d_in]`` and ``B [d_out, r]`` (on CPU, in ``dtype``) for one family.
 
-    * ``standard``: A ~ U(−1/√d_in, 1/√d_in) — PEFT's default, ``kaiming_uniform_(a=√5)`` on
-      ``[r, d_in]`` (variance 1/(3 d_in)); B = 0.
-    * ``reversed``: A = 0; B ~ U(−1/√r, 1/√r) — ``nn.Linear(r, d_out)``'s default
-      (variance 1/(3 r), the Θ(1/r) of Init[B] in hayou2024impact).
-    * ``gaussian``: A ~ N(0, 1/r²) — PEFT's ``init_lora_weights="gaussian"`` (std 1/r); B = 0.
-    * ``zero``: A = B = 0 (a dead first-order point, §0x07F).
+    Every family starts at a zero product ``B A = 0``; they differ in which factor is random
+    and in its entry law (i.i.d. entries). Each with its source:
+
+    * ``standard``: A ~ N(0, 1/d_in); B = 0. The original LoRA start, "random Gaussian A,
+      zero B" (hu2021lora, §4.1; seed §0x07F), at the variance order of Init[A] in
+      hayou2024impact, Θ(1/n) in the width n = d_in (seed §0x07G). Neither source fixes the
+      constant: the 1 in 1/d_in is ours.
+    * ``peft-default``: A ~ U(−1/√d_in, 1/√d_in), variance 1/(3 d_in); B = 0. PEFT's default
+      (``init_lora_weights=True``: ``kaiming_uniform_(A, a=√5)``, nn.Linear's own weight
+      init; PEFT cites Microsoft's ``loralib`` for it), bit for bit PEFT's draw from the same
+      generator state. Same order as Init[A], uniform law.
+    * ``peft-gaussian``: A ~ N(0, 1/r²); B = 0. PEFT's ``init_lora_weights="gaussian"``
+      (std 1/r). Its variance does not scale with the width: not an Init[A] start.
+    * ``reversed``: A = 0; B ~ U(−1/√r, 1/√r), variance 1/(3 r), as ``nn.Linear(r, d_out)``
+      draws its weight. Init[B] of hayou2024impact (seed §0x07G: B variance Θ(1/r), A = 0);
+      the seed fixes only the order, the uniform law is ours.
+    * ``zero``: A = B = 0, a dead first-order point (seed §0x07F).
+
+    Args:
+        init: a family above (``given`` factors are not drawn: see :func:`given_factors`).
+        r, d_in, d_out: the rank and the base layer's input and output widths, each ≥ 1.
+        generator: the CPU generator every draw reads, or None for torch's global one.
+        dtype: the factors' floating dtype (the base weight's).
 
     Returns:
-        ``(A, B, fields)``, ``fields`` the record's ``zero_factor`` and distribution fields.
+        ``(A, B, fields)``, ``fields`` the record's ``zero_factor`` and distribution fields
+        (the stated variance is the law's, not the sample's).
 
     Raises:
-        ValueError: an unknown family (``given`` factors are not drawn).
+        ValueError: an unknown family, naming it and the families.
 
-    Source: seed 003 §0x07F–G; PEFT ``LoraLayer.reset_lora_parameters``; hu2021lora, §4.1.
+    Source: seed 003 §0x07F–G; hu2021lora, §4.1; hayou2024impact (arXiv:2406.08447v1),
+    Init[A] / Init[B]; PEFT ``LoraLayer.reset_lora_parameters`` (0.21).
     """
+    check_init("init_factors", init, allowed=tuple(i for i in INITS if i != "given"))
     A, B = torch.zeros(r, d_in, dtype=dtype), torch.zeros(d_out, r, dtype=dtype)
     zero = ("zero", 0.0)
     if init == "standard":
+        A = torch.empty(r, d_in, dtype=dtype).normal_(0.0, d_in**-0.5, generator=generator)
+        down, up, zero_factor = (f"normal(0, 1/{d_in})", 1 / d_in), zero, "up"
+    elif init == "peft-default":
         A = _kaiming_uniform((r, d_in), generator, dtype)
         down = (f"uniform(-1/sqrt({d_in}), 1/sqrt({d_in}))", 1 / (3 * d_in))
         up, zero_factor = zero, "up"
+    elif init == "peft-gaussian":
+        A = torch.empty(r, d_in, dtype=dtype).normal_(0.0, 1 / r, generator=generator)
+        down, up, zero_factor = (f"normal(0, (1/{r})^2)", 1 / r**2), zero, "up"
     elif init == "reversed":
         B = _kaiming_uniform((d_out, r), generator, dtype)
         up = (f"uniform(-1/sqrt({r}), 1/sqrt({r}))", 1 / (3 * r))
         down, zero_factor = zero, "down"
-    elif init == "gaussian":
-        A = torch.empty(r, d_in, dtype=dtype).normal_(0.0, 1 / r, generator=generator)
-        down, up, zero_factor = (f"normal(0, (1/{r})^2)", 1 / r**2), zero, "up"
-    elif init == "zero":
+    else:  # zero
         down, up, zero_factor = zero, zero, "both"
-    else:
-        raise ValueError(
-            f"init_factors: init={init!r}; allowed: standard, reversed, gaussian, zero"
-        )
     fields = {
         "zero_factor": zero_factor,
         "down_distribution": down[0],

@@ -17,10 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from gaugelab.models._lora_init import (
-    INITS,
+    DEFAULT_INIT,
     MERGED,
     UNMERGED,
     FactorRecord,
+    check_init,
     given_factors,
     init_factors,
     lora_scale,
@@ -42,8 +43,11 @@ class LoRALinear(nn.Module):
         use_rslora: ``s = α/√r`` instead of ``α/r``.
         dropout: dropout probability on the adapter's input, in ``[0, 1)`` (0 uses
             ``nn.Identity``, as PEFT does, so the layer stays deterministic under ``vmap``).
-        init: ``standard``, ``reversed``, ``gaussian``, ``zero`` or ``given`` (see
-            :func:`gaugelab.models._lora_init.init_factors`; ``given`` copies ``factors``).
+        init: one of :data:`gaugelab.models.lora.INITS`: ``peft-default`` (the default,
+            PEFT's start: A Kaiming-uniform, B = 0), ``standard`` (the original LoRA start:
+            A ~ N(0, 1/d_in), B = 0), ``peft-gaussian``, ``reversed``, ``zero`` (each with its
+            source in :func:`gaugelab.models._lora_init.init_factors`) or ``given`` (copies
+            ``factors``).
         factors: ``(A [r, d_in], B [d_out, r])`` in the base weight's dtype, for ``given``.
         seed: seeds the draw through ``module_seed(seed, name)``; default 0.
         generator: draw from this CPU generator instead (exclusive with ``seed``).
@@ -70,7 +74,7 @@ class LoRALinear(nn.Module):
         *,
         use_rslora: bool = False,
         dropout: float = 0.0,
-        init: str = "standard",
+        init: str = DEFAULT_INIT,
         factors: tuple[torch.Tensor, torch.Tensor] | None = None,
         seed: int | None = None,
         generator: torch.Generator | None = None,
@@ -84,8 +88,7 @@ class LoRALinear(nn.Module):
         scale = lora_scale(alpha, r, use_rslora)  # validates r and alpha
         if not (isinstance(dropout, int | float) and 0.0 <= dropout < 1.0):
             raise ValueError(f"LoRALinear: dropout={dropout!r}; allowed: 0 <= dropout < 1")
-        if init not in INITS:
-            raise ValueError(f"LoRALinear: init={init!r}; allowed: {', '.join(INITS)}")
+        check_init("LoRALinear", init)
         if (factors is not None) != (init == "given"):
             raise ValueError(
                 f"LoRALinear: init={init!r} with factors={'given' if factors else None}; "

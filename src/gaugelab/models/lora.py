@@ -29,10 +29,12 @@ import torch
 from torch import nn
 
 from gaugelab.models._lora_init import (
+    DEFAULT_INIT,
     INITS,
     MERGED,
     UNMERGED,
     FactorRecord,
+    check_init,
     lora_scale,
     module_seed,
 )
@@ -41,11 +43,13 @@ from gaugelab.models._lora_match import check_patterns, compile_pattern, pattern
 from gaugelab.models.ensemble import Ensemble
 
 __all__ = [
+    "DEFAULT_INIT",
     "INITS",
     "MERGED",
     "UNMERGED",
     "FactorRecord",
     "LoRALinear",
+    "check_init",
     "inject_lora",
     "lora_modules",
     "lora_parameter_groups",
@@ -67,7 +71,7 @@ def inject_lora(
     rank_pattern: Mapping[str, int] | None = None,
     alpha_pattern: Mapping[str, float] | None = None,
     dropout: float = 0.0,
-    init: str = "standard",
+    init: str = DEFAULT_INIT,
     use_rslora: bool = False,
     factors: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
     seed: int | None = None,
@@ -84,10 +88,13 @@ def inject_lora(
         r, alpha: the default rank and ``lora_alpha``.
         rank_pattern, alpha_pattern: per-module overrides, PEFT's rule (:func:`pattern_key`).
         dropout: adapter-input dropout probability in ``[0, 1)``.
-        init: ``standard`` (A random, B = 0; PEFT's default), ``reversed`` (A = 0, B random),
-            ``gaussian`` (A ~ N(0, 1/r²), B = 0; PEFT's "gaussian"), ``zero`` (both 0), or
-            ``given`` (``factors``). PEFT's ``init_lora_weights=False`` (both random) is not a
-            family here: pass it as ``given``.
+        init: ``peft-default`` (the default: PEFT's default start, A ~ U(−1/√d_in, 1/√d_in)
+            by ``kaiming_uniform_(a=√5)``, B = 0), ``standard`` (the original LoRA paper's
+            start: A ~ N(0, 1/d_in), B = 0), ``peft-gaussian`` (A ~ N(0, 1/r²), B = 0; PEFT's
+            ``"gaussian"``), ``reversed`` (A = 0, B ~ U(−1/√r, 1/√r)), ``zero`` (both 0), or
+            ``given`` (``factors``); sources in :func:`gaugelab.models._lora_init.init_factors`.
+            PEFT's ``init_lora_weights=False`` (both random) is not a family here: pass it as
+            ``given``.
         use_rslora: ``s = α/√r``.
         factors: path → ``(A [r_m, d_in], B [d_out, r_m])`` for every adapted module, with
             ``init="given"``.
@@ -105,7 +112,7 @@ def inject_lora(
             bad patterns, ``factors`` keys or layer arguments (see :class:`LoRALinear`).
 
     Source: PEFT ``LoraModel.inject_adapter`` / ``_create_and_replace`` (0.21);
-    hu2021lora, §4.1; seed 003 §0x07F.
+    hu2021lora, §4.1; seed 003 §0x07F–G (initialisations).
     """
     if isinstance(target_modules, str):
         compile_pattern("inject_lora", "target_modules", target_modules)
@@ -114,6 +121,7 @@ def inject_lora(
             f"inject_lora: target_modules={target_modules!r}; allowed: a regex "
             "string or a non-empty list of module names"
         )
+    check_init("inject_lora", init)
     rank_pattern, alpha_pattern = check_patterns(rank_pattern, alpha_pattern)
     if seed is not None and generator is not None:
         raise ValueError("inject_lora: both seed and generator given; allowed: one of them")

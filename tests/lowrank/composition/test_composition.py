@@ -153,7 +153,9 @@ SMALL = TransformerConfig(n_layers=1, d_model=8, n_heads=2, d_head=4, d_mlp=12, 
 
 def adapter(seed, r, *, rslora, targets=("q_proj", "fc_in")):
     model = Transformer(SMALL, seed=0, dtype=F64)
-    inject_lora(model, list(targets), r, 2.0 * r, init="gaussian", use_rslora=rslora, seed=seed)
+    inject_lora(
+        model, list(targets), r, 2.0 * r, init="peft-gaussian", use_rslora=rslora, seed=seed
+    )
     made = Adapter.from_model(model, base_model_name_or_path="base")
     modules = {p: AdapterModule(m.A, randn(*m.B.shape, seed=seed + i), m.record)
                for i, (p, m) in enumerate(made.modules.items())}  # fmt: skip  # B ≠ 0

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gaugelab.models import TransformerConfig
-from gaugelab.models.lora import INITS
+from gaugelab.models.lora import INITS, check_init
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.tasks import TwoDomainSpec, two_domain_spec
 
@@ -164,7 +164,13 @@ class FinetuneSpec(ExperimentSpec):
     targets: tuple[str, ...] = Field(
         ALL_TARGETS, description="Projections LoRA adapts in every block (module names)."
     )
-    init: str = Field("standard", description="LoRA initialisation (A random, B = 0).")
+    init: str = Field(
+        "peft-default",
+        description="LoRA initialisation (gaugelab.models.lora.INITS). Default peft-default: "
+        "PEFT's default start (A Kaiming-uniform, U(±1/√d_in); B = 0), so the fine-tune starts "
+        "where PEFT's would; standard is the original LoRA paper's Gaussian A ~ N(0, 1/d_in), "
+        "B = 0.",
+    )
     seeds: tuple[int, ...] = Field(
         (0,), description="Seeds, trained as one ensemble per candidate."
     )
@@ -221,9 +227,7 @@ class FinetuneSpec(ExperimentSpec):
             raise ValueError("FinetuneSpec: full=False and no ranks: nothing to run")
         if not self.seeds:
             raise ValueError("FinetuneSpec: seeds=(); allowed: at least one seed")
-        if self.init not in INITS or self.init == "given":
-            allowed = ", ".join(i for i in INITS if i != "given")
-            raise ValueError(f"FinetuneSpec: init={self.init!r}; allowed: {allowed}")
+        check_init("FinetuneSpec", self.init, allowed=tuple(i for i in INITS if i != "given"))
         other = self.target_corpus
         if other is not None:
             differ = self.pretrain.corpus.differs_beyond_target(other)

@@ -9,9 +9,12 @@ frozen probe set. The paths:
 - ``nonlinear``: LoRA with both factors trained;
 - ``linearized``: the initialization-linearized LoRA model ``F_0 + J_0 δ`` (``δ`` shaped as
   the factors), trained by the same optimizer;
-- ``fixed-features``: the fixed-random-feature path, the initially nonzero factor (``A`` under
-  the standard init) frozen, the other trained;
+- ``fixed-features``: the fixed-random-feature path, the initially nonzero factor (``A``)
+  frozen, the other trained;
 - ``full`` (optional): full fine-tuning of every base weight.
+
+The adapter starts at ``init="peft-default"`` (PEFT's default: A Kaiming-uniform, B = 0;
+:func:`gaugelab.models._lora_init.init_factors`), seeded by ``seed``.
 
 Every default fits, for both optimizers, in about ten minutes on two cores.
 

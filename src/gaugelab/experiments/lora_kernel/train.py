@@ -123,7 +123,9 @@ def _build(spec: KernelSpec, base: nn.Module, probe_x: torch.Tensor, optimizer: 
     """The paths of ``spec`` from the pretrained ``base`` (plain attention everywhere)."""
     r, lr = spec.rank, spec.lr(optimizer)
     start = copy.deepcopy(base)
-    inject_lora(start, list(spec.targets), r, spec.alpha_ratio * r, seed=spec.seed)
+    inject_lora(
+        start, list(spec.targets), r, spec.alpha_ratio * r, init="peft-default", seed=spec.seed
+    )
     detect = StackedOutputs(start, probe_x[:1])  # SDPA: the first JVP records the fallback
     detect.jvp(detect.theta(), {k: torch.zeros_like(v) for k, v in detect.theta().items()})
     axes = {"forward_mode": detect.forward_mode, "fallback": detect.fallback}

@@ -105,7 +105,11 @@ class LoraTwinSpec(ExperimentSpec):
     alpha_ratio: float = Field(2.0, gt=0, description="lora_alpha = alpha_ratio · r.")
     rslora: bool = Field(False, description="rsLoRA scale α/√r instead of α/r.")
     targets: tuple[str, ...] = Field(ALL_TARGETS, description="Projections LoRA adapts.")
-    adapter_seed: int = Field(0, description="Seed of the LoRA initialisation (A random, B = 0).")
+    adapter_seed: int = Field(
+        0,
+        description="Seed of the LoRA initialisation: peft-default, PEFT's default start "
+        "(A Kaiming-uniform, B = 0).",
+    )
     warmup_steps: int = Field(
         20, ge=1, description="AdamW steps before the twins are built (a nonzero B)."
     )

@@ -58,7 +58,7 @@ def warm_adapter(spec: LoraTwinSpec, model: Transformer, corpus: Any, stream: to
         list(spec.targets),
         spec.rank,
         spec.alpha(),
-        init="standard",
+        init="peft-default",
         use_rslora=spec.rslora,
         seed=spec.adapter_seed,
     )
