@@ -1,5 +1,5 @@
 """Compressed Deep LoRA initialization: the seed 003 §0x0AU pipeline on the seed's ledger and
-compression fixtures, its identities and its errors."""
+compression fixtures, its identities, its errors, and a small matrix-sensing regression."""
 
 from __future__ import annotations
 
@@ -192,3 +192,66 @@ def test_a_non_finite_first_batch_loss_or_gradient_raises_non_finite_error():
         _init(loss=lambda W: W.sum() * math.nan)
     with pytest.raises(NonFiniteError, match="gradient is not finite"):
         _init(loss=lambda W: torch.sqrt(W.sum() - W.sum()))  # d√u/du at u = 0 is infinite
+
+
+# --- regression: a compressed deep start against a plain LoRA start --------------------------
+
+D, R_STAR, N, RANK, DEPTH, STEPS = 12, 2, 96, 4, 3, 300
+
+
+def _sensing(seed: int):
+    """Rank-2 ``12 × 12`` target (singular values 1, 0.6), 96 Gaussian measurements: fewer than
+    the 144 entries, more than the rank-2 manifold's 44 dimensions."""
+    g = torch.Generator().manual_seed(1000 + seed)
+    U = torch.linalg.qr(torch.randn(D, R_STAR, generator=g, dtype=f64))[0]
+    V = torch.linalg.qr(torch.randn(D, R_STAR, generator=g, dtype=f64))[0]
+    Phi = U @ torch.diag(torch.tensor([1.0, 0.6], dtype=f64)) @ V.T
+    X = torch.randn(N, D, D, generator=g, dtype=f64)
+    return Phi, X, torch.einsum("nij,ij->n", X, Phi)
+
+
+def _mse(X, y):
+    return lambda W: 0.5 * torch.mean((torch.einsum("nij,ij->n", X, W) - y) ** 2)
+
+
+def _train(groups, update, loss, steps=STEPS):
+    opt = torch.optim.Adam(groups)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss(update()).backward()
+        opt.step()
+    with torch.no_grad():
+        return float(loss(update())), update()
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compressed_deep_start_beats_a_plain_lora_start_at_equal_parameter_count(seed, margin):
+    Phi, X, y = _sensing(seed)
+    loss = _mse(X, y)
+    # Deep LoRA, r = 4 = 2r*, L = 3: 4·24 + 3·16 = 144 parameters; first batch: half the data
+    c = initialize_compressed_deep_lora(
+        _mse(X[: N // 2], y[: N // 2]), D, D, RANK, DEPTH, epsilon=0.1, lr=1e-2,
+        outer_lr_scale=1.0, generator=torch.Generator().manual_seed(seed),
+    )  # fmt: skip
+    assert c.parameters.total == 144
+    deep, W_deep = _train(c.param_groups(), c.update, loss)
+    # plain LoRA at rank 6: 6·24 = 144 parameters; PEFT's start (A uniform ±1/√d_in, B = 0, s = 1)
+    g = torch.Generator().manual_seed(seed)
+    A = ((2 * torch.rand(6, D, generator=g, dtype=f64) - 1) / math.sqrt(D)).requires_grad_()
+    B = torch.zeros(D, 6, dtype=f64, requires_grad=True)
+    assert A.numel() + B.numel() == 144
+    plain, W_plain = _train([{"params": [A, B], "lr": 1e-2}], lambda: B @ A, loss)
+    # Measured (Adam, lr 1e-2, 300 steps, seeds 0/1/2): training loss deep 9.4e-8 / 2.7e-8 /
+    # 1.5e-6 vs plain 2.4e-5 / 3.1e-5 / 3.4e-5 (ratio ≤ 0.045, a 22× margin); relative recovery
+    # error ‖ΔW − Φ‖/‖Φ‖ deep 5.8e-4 / 4.1e-4 / 2.5e-3 vs plain 0.11 / 0.11 / 0.11 (≥ 44×).
+    # Plain LoRA at its best lr of {1e-3 … 1e-1} (3e-2) reaches 3.8e-6 / 4.5e-6 / 2.0e-6: seed
+    # 2's margin shrinks to 1.3×. The ordering is a regime, not a law: with ε = 10⁻³ (the
+    # source's scale) one seed in three sits on a plateau for 300 steps; at lr ≤ 3e-3, or with
+    # the outer factors at a tenth of the rate (outer_lr_scale = 0.1), the deep start loses on
+    # most or all seeds. Random orthonormal outer bases in place of the compressed ones reach
+    # 7.3e-6 / 1.0e-6 / 1.3e-6, also below plain: depth does much of the work; the compressed
+    # bases gain a further 40–80× on seeds 0 and 1, nothing on seed 2.
+    margin.below(f"deep / plain training loss, seed {seed}", deep / plain, 1.0, log=True)
+    rec = [float(torch.linalg.norm(W - Phi) / torch.linalg.norm(Phi)) for W in (W_deep, W_plain)]
+    margin.below(f"deep / plain recovery error, seed {seed}", rec[0] / rec[1], 1.0, log=True)
