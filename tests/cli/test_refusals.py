@@ -41,6 +41,8 @@ class Nested(ExperimentSpec):
         (("zoo", "--quick", "--seeds="), "--seeds is empty; allowed: comma-separated integers"),
         (("dial", "--quick", "--ps="), "--ps is empty; allowed: comma-separated numbers"),
         (("dial", "--quick", "--lrs="), "--lrs is empty; allowed: comma-separated numbers"),
+        (("zoo", "--quick", "--study="), "--study ''; allowed: a non-empty study name"),
+        (("dial", "--quick", "--study", " "), "--study ' '; allowed: a non-empty study name"),
         (("intrinsic-dim", "--quick", "--seeds="),
          "--seeds is empty; allowed: comma-separated integers"),
         (("lora", "finetune", "--quick", "--ranks", "2,33"),
