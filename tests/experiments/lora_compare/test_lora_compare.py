@@ -196,6 +196,25 @@ def test_compose_checks_shapes_against_the_base_before_writing(study, tmp_path):
     assert composed.out == out and Adapter.load(out).modules[module].r == 2
 
 
+def test_inspect_of_an_adapter_wider_than_its_base_is_one_line_naming_both_shapes(study, tmp_path):
+    from gaugelab.experiments.lora.run import inspect_lora
+
+    found = _dense(study, "lora r=2", 0)
+    adapter = found.source.adapter
+    module = next(iter(adapter.modules))
+    part = adapter.modules[module]
+    d_out, d_in = part.B.shape[0], part.A.shape[1]
+    wide = torch.ones(part.A.shape[0], 2 * d_in, dtype=part.A.dtype)
+    modules = dict(adapter.modules)
+    modules[module] = AdapterModule(wide, part.B, dataclasses.replace(part.record, d_in=2 * d_in))
+    folder = Adapter(modules, adapter.config).save(tmp_path / "wide")
+    with pytest.raises(ValueError, match=rf"^inspect_lora: .*/wide: module '{module}' is "
+                       rf"{d_out}×{2 * d_in} in the adapter but {d_out}×{d_in} in its base "
+                       r"model \(pretrain run [0-9a-f]{12}\); allowed: adapters of that base "
+                       r"model$"):  # fmt: skip
+        inspect_lora(folder, store=study)
+
+
 def test_inspect_evaluates_a_run_on_the_target_corpus_it_was_fine_tuned_on(study):
     from gaugelab.experiments.lora.run import inspect_lora
 
