@@ -57,6 +57,8 @@ class Nested(ExperimentSpec):
          "memory; this machine has"),
         (("zoo", "--quick", "--measurements", "2000000000"),
          "--size 40, --measurements 2000000000, 1 seed needs at least"),
+        (("twins", "--quick", "--pairs", "100000000"),
+         "--pairs 100000000 × 4 optimizer(s) needs at least 2,794.0 GiB of memory"),
         (("dial", "--quick", "--size", "100000"), "--size 100000, --measurements 1199982, "),
     ],
 )  # fmt: skip
