@@ -220,7 +220,8 @@ def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -
         parts = [adapters[j].modules[m] for j in present]  # type: ignore[union-attr]
         work = work_dtype(parts[0].A.dtype)  # as compose_adapters: the same tolerances
         stages = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]
-        report = staged_expansion_report(stages, [weights[j] for j in present])
+        report = staged_expansion_report(stages, [weights[j] for j in present],
+                                         with_bases=False)  # fmt: skip
         for j, row in zip(present, report, strict=True):
             for key in ("rank_stage", "rank_total", "new_row", "new_column"):
                 rows[j][key] += getattr(row, key)
