@@ -24,8 +24,11 @@ the declared design, candidate selection, gates and the sealed test.
   spec, and the event log's parsing into a :class:`SealStatus`.
 * ``selection`` — Candidate selection: select a candidate for one release contract, not a universal
   rank.
-* ``study_checks`` — The low-rank study manifest's validator and its named errors (seed 003
+* ``study_checks`` — The low-rank study manifest's validator (seed 003 §0x00K).
+* ``study_errors`` — The named errors of the low-rank study manifest's validator (seed 003
   §0x00K).
+* ``study_identity`` — Identity checks of the low-rank study manifest (seed 003 §0x00F–0x00H).
+* ``study_ledger`` — The structural ledger of a low-rank study manifest (seed 003 §0x00K).
 * ``study_manifest`` — The immutable low-rank study manifest: objects before results (seed 003
   §0x00F–0x00K).
 * ``study_objects`` — The objects of a low-rank study manifest's five object namespaces (seed 003

@@ -1,10 +1,12 @@
-"""The low-rank study manifest's validator and its named errors (seed 003 §0x00K).
+"""The low-rank study manifest's validator (seed 003 §0x00K).
 
 The validator checks shapes, identities, split separation, rank-policy fields, protocol
 envelopes and the cross-object ledgers; it does not optimize, train, compute an SVD or evaluate
-anything. Each family of checks raises its own error, all :class:`StudyManifestError` (a
-``ValueError``), each message naming the namespace, the object, the field, the value and what is
-allowed. :class:`~gaugelab.study.release.study_manifest.LowRankStudyManifest` runs it on
+anything. Each family of checks raises its own error (:mod:`~gaugelab.study.release.study_errors`),
+all :class:`StudyManifestError` (a ``ValueError``). The identity checks are in
+:mod:`~gaugelab.study.release.study_identity`, the ledger in
+:mod:`~gaugelab.study.release.study_ledger`.
+:class:`~gaugelab.study.release.study_manifest.LowRankStudyManifest` runs the validator on
 construction. Re-exported by :mod:`gaugelab.study.release.study_manifest`.
 
 Source: seed 003 §0x00K (the validator), §0x00F–0x00J (what it checks).
@@ -13,7 +15,6 @@ Source: seed 003 §0x00K (the validator), §0x00F–0x00J (what it checks).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from gaugelab.study.release.envelopes import (
@@ -27,96 +28,34 @@ from gaugelab.study.release.envelopes import (
     ProtocolEnvelope,
     TrainingRecord,
 )
+from gaugelab.study.release.study_errors import (
+    FN,
+    ProtocolEnvelopeError,
+    RankPolicyFieldError,
+    ShapeError,
+    SplitSeparationError,
+    require_count,
+    require_text,
+)
+from gaugelab.study.release.study_identity import check_identities
+from gaugelab.study.release.study_ledger import check_ledger
 from gaugelab.study.release.study_objects import (
     MATRIX_AXES,
     RANK_POLICIES,
     RANK_POLICY_FIELDS,
-    DatasetSplit,
     FunctionObject,
     MatrixObject,
-    ParameterObject,
     ParameterSchema,
     RankPolicyRecord,
-    payload_digest,
 )
 
-__all__ = [
-    "IdentityError",
-    "LedgerError",
-    "ProtocolEnvelopeError",
-    "RankPolicyFieldError",
-    "ShapeError",
-    "SplitSeparationError",
-    "StudyManifestError",
-    "study_ledger",
-    "validate_study_manifest",
-]
+__all__ = ["validate_study_manifest"]
 
-FN = "validate_study_manifest"
 _FUNCTION_AXES = {
     "outputs": ("sample", "output"),
     "jacobian": ("sample*output", "parameter"),
     "kernel": ("sample*output", "sample*output"),
 }
-
-
-class StudyManifestError(ValueError):
-    """A low-rank study manifest that fails validation (the base of the six named errors)."""
-
-
-class ShapeError(StudyManifestError):
-    """A shape or axis disagrees with the objects it is derived from (§0x00G–0x00H)."""
-
-
-class IdentityError(StudyManifestError):
-    """An identity is missing, repeated, unresolved or collapsed: e.g. a subtraction across
-    schemas ("shape equality alone is insufficient", §0x00G)."""
-
-
-class SplitSeparationError(StudyManifestError):
-    """Two splits share a row, or a retention or stress split shares its dataset (§0x00H)."""
-
-
-class RankPolicyFieldError(StudyManifestError):
-    """A rank policy without its matrix or a required policy field (§0x00I)."""
-
-
-class ProtocolEnvelopeError(StudyManifestError):
-    """A missing, unknown or incomplete protocol envelope (§0x00J)."""
-
-
-class LedgerError(StudyManifestError):
-    """The declared ledger disagrees with the one derived from the objects (§0x00K)."""
-
-
-def _text(err: type[StudyManifestError], where: str, value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise err(f"{FN}: {where}={value!r}; allowed: a non-empty string")
-
-
-def _count(err: type[StudyManifestError], where: str, value: object, *, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise err(f"{FN}: {where}={value!r}; allowed: an integer >= {low}")
-    return value
-
-
-def _ref(index: dict, where: str, ref: object, want: str, kinds: tuple[str, ...] | None = None):
-    """The object ``ref`` names, of namespace ``want`` and one of ``kinds``."""
-    _text(IdentityError, where, ref)
-    if ref not in index:
-        raise IdentityError(f"{FN}: {where}={ref!r} names no declared object; allowed: a "
-                            f"declared {want} object")  # fmt: skip
-    ns, obj = index[ref]
-    kind = getattr(obj, "role" if ns == "split" else "kind")
-    if ns != want or (kinds is not None and kind not in kinds):
-        allowed = f"{want} {'/'.join(kinds)}" if kinds else want
-        raise IdentityError(f"{FN}: {where}={ref!r} is a {ns} {kind}; allowed: a {allowed}")
-    return obj
-
-
-def _same(where: str, name: str, got: object, want: object, why: str) -> None:
-    if got != want:
-        raise IdentityError(f"{FN}: {where}.{name}={got!r}; allowed: {want!r} ({why})")
 
 
 def validate_study_manifest(manifest: Any) -> None:
@@ -142,142 +81,12 @@ def validate_study_manifest(manifest: Any) -> None:
 
     Source: seed 003 §0x00K.
     """
-    index = _check_identities(manifest)
+    index = check_identities(manifest)
     _check_shapes(manifest, index)
     _check_splits(manifest)
     _check_rank_policies(manifest, index)
     _check_envelopes(manifest, index)
-    _check_ledger(manifest)
-
-
-def _check_identities(m: Any) -> dict[str, tuple[str, Any]]:
-    _text(IdentityError, "manifest_id", m.manifest_id)
-    if not isinstance(m.parameter_schema, ParameterSchema):
-        raise IdentityError(f"{FN}: parameter_schema={m.parameter_schema!r}; allowed: a "
-                            "ParameterSchema")  # fmt: skip
-    index: dict[str, tuple[str, Any]] = {}
-    spaces = (("parameter", ParameterObject, m.parameter_objects),
-              ("matrix", MatrixObject, m.matrix_objects),
-              ("function", FunctionObject, m.function_objects),
-              ("split", DatasetSplit, m.dataset_objects))  # fmt: skip
-    for ns, cls, items in spaces:
-        for obj in items:
-            if not isinstance(obj, cls):
-                raise IdentityError(f"{FN}: {ns} namespace holds {type(obj).__name__}; "
-                                    f"allowed: {cls.__name__}")  # fmt: skip
-            oid = obj.split_id if ns == "split" else obj.object_id
-            _text(IdentityError, f"{ns} id", oid)
-            if oid in index:
-                raise IdentityError(
-                    f"{FN}: object id {oid!r} is declared twice ({index[oid][0]} and {ns}); "
-                    "allowed: one object per id (factors, product and dense update are distinct)"
-                )
-            index[oid] = (ns, obj)
-    schema = m.parameter_schema.text()
-    for p in m.parameter_objects:
-        _parameter_identity(p, index, schema)
-    for w in m.matrix_objects:
-        _matrix_identity(w, index, m.parameter_schema)
-    for f in m.function_objects:
-        _function_identity(f, index)
-    for s in m.dataset_objects:
-        where = f"split {s.split_id!r}"
-        for name in ("dataset_id", "purpose", "payload_id", "labels_id", "revision"):
-            _text(IdentityError, f"{where}.{name}", getattr(s, name))
-        if s.payload is not None:
-            _same(where, "payload_id", s.payload_id, payload_digest(s.payload),
-                  "the digest of its payload")  # fmt: skip
-    return index
-
-
-def _parameter_identity(p: ParameterObject, index: dict, schema: str) -> None:
-    where = f"parameter {p.object_id!r}"
-    if p.kind not in ("base", "trained", "delta", "subspace"):
-        raise IdentityError(f"{FN}: {where}.kind={p.kind!r}; allowed: base, trained, delta, "
-                            "subspace")  # fmt: skip
-    need = {"base": ("base_revision", "dtype_role"),
-            "trained": ("base_revision", "dtype_role", "produced_by"),
-            "delta": (), "subspace": ("projection_family", "projection_seed", "produced_by")}
-    for name in need[p.kind]:  # fmt: skip
-        _text(IdentityError, f"{where}.{name}", getattr(p, name))
-    if p.kind == "base":
-        _same(where, "schema", p.schema, schema, "the manifest's parameter schema")
-        return
-    base = _ref(index, f"{where}.base_id", p.base_id, "parameter", ("base",))
-    why = "its base's schema and coordinate order: shape equality alone is insufficient"
-    _same(where, "schema", p.schema, base.schema, why)
-    if p.kind == "trained":
-        _same(where, "base_revision", p.base_revision, base.base_revision, "its base's revision")
-    elif p.kind == "delta":
-        trained = _ref(index, f"{where}.trained_id", p.trained_id, "parameter", ("trained",))
-        _same(where, "trained base_id", trained.base_id, p.base_id, "trained from this base")
-
-
-def _matrix_identity(w: MatrixObject, index: dict, schema: ParameterSchema) -> None:
-    where = f"matrix {w.object_id!r}"
-    if w.kind not in MATRIX_AXES:
-        raise IdentityError(f"{FN}: {where}.kind={w.kind!r}; allowed: {', '.join(MATRIX_AXES)}")
-    _text(IdentityError, f"{where}.layer_id", w.layer_id)
-    if w.kind in ("base", "trained"):
-        _ref(index, f"{where}.parameter_id", w.parameter_id, "parameter", (w.kind,))
-        if schema.shape_of(w.tensor) is None:
-            raise IdentityError(f"{FN}: {where}.tensor={w.tensor!r} is not in the schema; "
-                                f"allowed: {', '.join(n for n, _ in schema.tensors)}")  # fmt: skip
-    elif w.kind == "delta":
-        base = _ref(index, f"{where}.base_id", w.base_id, "matrix", ("base",))
-        trained = _ref(index, f"{where}.trained_id", w.trained_id, "matrix", ("trained",))
-        for other in (base, trained):
-            _same(where, "layer_id", other.layer_id, w.layer_id, "one layer")
-        _same(where, "trained tensor", trained.tensor, base.tensor, "one tensor of the schema")
-        theta = _ref(index, f"{where}.trained parameter_id", trained.parameter_id, "parameter",
-                     ("trained",))  # fmt: skip
-        _same(where, "trained base", theta.base_id, base.parameter_id, "trained from this base")
-    else:
-        target = _ref(index, f"{where}.target_id", w.target_id, "matrix", ("base",))
-        _same(where, "layer_id", w.layer_id, target.layer_id, "its target matrix's layer")
-        rank = _count(IdentityError, f"{where}.rank", w.rank)
-        if isinstance(w.scale, bool) or not isinstance(w.scale, (int, float)) or not (
-            math.isfinite(w.scale) and w.scale > 0
-        ):
-            raise IdentityError(f"{FN}: {where}.scale={w.scale!r}; allowed: a finite s > 0")
-        if w.kind == "product":
-            _product_identity(w, index, rank, where)
-        else:
-            _text(IdentityError, f"{where}.init", w.init)
-            _text(IdentityError, f"{where}.produced_by", w.produced_by)
-
-
-def _product_identity(w: MatrixObject, index: dict, rank: int, where: str) -> None:
-    if len(w.factor_ids) != 2:
-        raise IdentityError(f"{FN}: {where}.factor_ids={w.factor_ids!r}; allowed: (B, A), the "
-                            "factors in multiplication order")  # fmt: skip
-    b = _ref(index, f"{where}.factor_ids[0]", w.factor_ids[0], "matrix", ("factor_B",))
-    a = _ref(index, f"{where}.factor_ids[1]", w.factor_ids[1], "matrix", ("factor_A",))
-    for f in (b, a):
-        _same(where, f"{f.object_id} target_id", f.target_id, w.target_id, "one target")
-        _same(where, f"{f.object_id} rank", f.rank, rank, "the product's configured rank")
-        _same(where, f"{f.object_id} scale", f.scale, w.scale, "the product's scale")
-    _same(where, "B produced_by", b.produced_by, a.produced_by, "one training envelope")
-
-
-def _function_identity(f: FunctionObject, index: dict) -> None:
-    where = f"function {f.object_id!r}"
-    if f.kind not in ("model", "outputs", "jacobian", "kernel"):
-        raise IdentityError(f"{FN}: {where}.kind={f.kind!r}; allowed: model, outputs, "
-                            "jacobian, kernel")  # fmt: skip
-    if f.kind == "model":
-        _ref(index, f"{where}.parameter_id", f.parameter_id, "parameter", ("base",))
-        return
-    _ref(index, f"{where}.dataset_id", f.dataset_id, "split")
-    if f.kind == "outputs":
-        _ref(index, f"{where}.model_id", f.model_id, "function", ("model",))
-        _ref(index, f"{where}.parameter_id", f.parameter_id, "parameter", ("base", "trained"))
-        return
-    src_kind = "outputs" if f.kind == "jacobian" else "jacobian"
-    src = _ref(index, f"{where}.source_id", f.source_id, "function", (src_kind,))
-    _ref(index, f"{where}.parameter_id", f.parameter_id, "parameter", ("base",))
-    _same(where, "dataset_id", f.dataset_id, src.dataset_id, f"its {src_kind}' dataset")
-    _same(where, "parameter_id", f.parameter_id, src.parameter_id, f"its {src_kind}' point")
+    check_ledger(manifest)
 
 
 def _shape(where: str, got: object, want: object, why: str) -> None:
@@ -299,7 +108,7 @@ def _check_shapes(m: Any, index: dict) -> None:
     D = schema.ambient()
     for p in m.parameter_objects:
         where = f"parameter {p.object_id!r}.dim"
-        dim = _count(ShapeError, where, p.dim)
+        dim = require_count(ShapeError, where, p.dim)
         if p.kind == "subspace" and dim > D:
             raise ShapeError(f"{FN}: {where}={dim}; allowed: 1..{D} (d <= D)")
         if p.kind != "subspace" and dim != D:
@@ -348,8 +157,8 @@ def _matrix_shape(w: MatrixObject, index: dict, schema: ParameterSchema) -> None
 def _function_shape(f: FunctionObject, index: dict, D: int) -> None:
     where = f"function {f.object_id!r}"
     if f.kind == "model":
-        _count(ShapeError, f"{where}.input_dim", f.input_dim)
-        _count(ShapeError, f"{where}.outputs", f.outputs)
+        require_count(ShapeError, f"{where}.input_dim", f.input_dim)
+        require_count(ShapeError, f"{where}.outputs", f.outputs)
         return
     _shape(f"{where}.axes", f.axes, _FUNCTION_AXES[f.kind],
            "J Jᵀ is the output-space kernel; Jᵀ J is another object" if f.kind == "kernel"
@@ -376,7 +185,7 @@ def _check_splits(m: Any) -> None:
         if s.rows < 1:
             raise SplitSeparationError(f"{FN}: {where} has no sample ids; allowed: >= 1 row")
         for sid in s.sample_ids:
-            _text(SplitSeparationError, f"{where} sample id", sid)
+            require_text(SplitSeparationError, f"{where} sample id", sid)
             if sid in owner:
                 same = "twice" if owner[sid] == s.split_id else f"in {owner[sid]!r} too"
                 raise SplitSeparationError(
@@ -458,7 +267,7 @@ def _check_envelopes(m: Any, index: dict) -> None:
         if not isinstance(e, ProtocolEnvelope):
             raise ProtocolEnvelopeError(f"{FN}: protocols holds {type(e).__name__}; allowed: "
                                         "ProtocolEnvelope")  # fmt: skip
-        _text(ProtocolEnvelopeError, "envelope_id", e.envelope_id)
+        require_text(ProtocolEnvelopeError, "envelope_id", e.envelope_id)
         where = f"envelope {e.envelope_id!r}"
         if e.envelope_id in envelopes:
             raise ProtocolEnvelopeError(f"{FN}: {where} is declared twice; allowed: one each")
@@ -468,9 +277,9 @@ def _check_envelopes(m: Any, index: dict) -> None:
                                         f"{', '.join(PROTOCOLS)}")  # fmt: skip
         _envelope_objects(e, index, where)
         for name in ("sweep", "result_contract"):
-            _text(ProtocolEnvelopeError, f"{where}.{name}", getattr(e, name))
+            require_text(ProtocolEnvelopeError, f"{where}.{name}", getattr(e, name))
         for name in REQUIRED_SETTINGS.get(e.protocol, ()):
-            _text(ProtocolEnvelopeError, f"{where}.settings[{name!r}]", e.settings.get(name))
+            require_text(ProtocolEnvelopeError, f"{where}.settings[{name!r}]", e.settings.get(name))
         _envelope_record(e, index, where, policies)
     trained = [p for p in m.parameter_objects if p.kind in ("trained", "subspace")]
     trained += [w for w in m.matrix_objects if w.kind in ("factor_A", "factor_B")]
@@ -514,7 +323,8 @@ def _envelope_record(e: ProtocolEnvelope, index: dict, where: str, policies: set
             raise ProtocolEnvelopeError(f"{FN}: {where}: a training protocol; allowed: a "
                                         "TrainingRecord and no AnalysisRecord")  # fmt: skip
         for name in TrainingRecord.__dataclass_fields__:
-            _text(ProtocolEnvelopeError, f"{where}.training.{name}", getattr(e.training, name))
+            value = getattr(e.training, name)
+            require_text(ProtocolEnvelopeError, f"{where}.training.{name}", value)
         return
     assert e.protocol in ANALYSIS_PROTOCOLS
     a = e.analysis
@@ -522,7 +332,7 @@ def _envelope_record(e: ProtocolEnvelope, index: dict, where: str, policies: set
         raise ProtocolEnvelopeError(f"{FN}: {where}: an analysis protocol; allowed: an "
                                     "AnalysisRecord and no TrainingRecord")  # fmt: skip
     for name in ("extraction_rule", "backend"):
-        _text(ProtocolEnvelopeError, f"{where}.analysis.{name}", getattr(a, name))
+        require_text(ProtocolEnvelopeError, f"{where}.analysis.{name}", getattr(a, name))
     if not a.checkpoint_ids or any(c not in index for c in a.checkpoint_ids):
         raise ProtocolEnvelopeError(f"{FN}: {where}.analysis.checkpoint_ids="
                                     f"{list(a.checkpoint_ids)}; allowed: >= 1 declared object")
@@ -531,59 +341,3 @@ def _envelope_record(e: ProtocolEnvelope, index: dict, where: str, policies: set
             f"{FN}: {where}.analysis.rank_policies={list(a.rank_policies)}; allowed: >= 1 of "
             f"the manifest's policies ({', '.join(sorted(policies)) or 'none'})"
         )
-
-
-def study_ledger(manifest: Any) -> dict[str, int | tuple[int, ...]]:
-    """The structural ledger derived from a manifest's objects (nothing else is computed).
-
-    Keys: ``D`` (ambient parameter coordinates); ``d[<u>]`` (global subspace coordinates, per
-    subspace object); per base matrix ``dense[<W>] = m·n``; per LoRA product of rank ``r`` on an
-    ``m × n`` target ``factors[<ΔW>] = r(m + n)``, ``manifold[<ΔW>] = q(m + n − q)`` (the
-    generic rank-``q`` matrix manifold, ``q = min(r, m, n)``) and ``gauge[<ΔW>] = r²``; per
-    split ``rows[<split>]``; per output trace ``outputs[<F>] = N·C``; per Jacobian and kernel
-    ``shape[<J>]``, ``shape[<K>]``.
-
-    Args:
-        manifest: a manifest whose shapes are valid.
-
-    Returns:
-        Key → integer or shape tuple.
-
-    Source: seed 003 §0x00K (the teaching ledger: 24, 3, 24, 20, 16, 4, 6/4/4, 24, [24,24],
-    [24,24]).
-    """
-    out: dict[str, int | tuple[int, ...]] = {"D": manifest.parameter_schema.ambient()}
-    out |= {f"d[{p.object_id}]": p.dim for p in manifest.parameter_objects
-            if p.kind == "subspace"}  # fmt: skip
-    for w in manifest.matrix_objects:
-        rows, cols = w.shape
-        if w.kind == "base":
-            out[f"dense[{w.object_id}]"] = rows * cols
-        elif w.kind == "product":
-            r, q = w.rank, min(w.rank, rows, cols)
-            out[f"factors[{w.object_id}]"] = r * (rows + cols)
-            out[f"manifold[{w.object_id}]"] = q * (rows + cols - q)
-            out[f"gauge[{w.object_id}]"] = r * r
-    out |= {f"rows[{s.split_id}]": s.rows for s in manifest.dataset_objects}
-    for f in manifest.function_objects:
-        if f.kind == "outputs":
-            out[f"outputs[{f.object_id}]"] = math.prod(f.shape)
-        elif f.kind in ("jacobian", "kernel"):
-            out[f"shape[{f.object_id}]"] = tuple(f.shape)
-    return out
-
-
-def _check_ledger(m: Any) -> None:
-    if not isinstance(m.ledger, Mapping):
-        raise LedgerError(f"{FN}: ledger={m.ledger!r}; allowed: a mapping line → value")
-    derived = study_ledger(m)
-    declared = {k: tuple(v) if isinstance(v, (list, tuple)) else v for k, v in m.ledger.items()}
-    missing = [k for k in derived if k not in declared]
-    extra = [k for k in declared if k not in derived]
-    if missing or extra:
-        raise LedgerError(f"{FN}: ledger lacks {missing} and has {extra}; allowed: exactly the "
-                          f"derived lines {list(derived)}")  # fmt: skip
-    for k, v in derived.items():
-        if declared[k] != v:
-            raise LedgerError(f"{FN}: ledger[{k!r}]={declared[k]!r}; allowed: {v!r}, derived "
-                              "from the objects")  # fmt: skip

@@ -14,8 +14,10 @@ result never changes the object that produced it.
 nine envelopes. It is a structural fixture: it trains nothing and its numbers are not results.
 
 This module re-exports the objects (:mod:`~gaugelab.study.release.study_objects`), the envelopes
-(:mod:`~gaugelab.study.release.envelopes`) and the validator with its named errors
-(:mod:`~gaugelab.study.release.study_checks`).
+(:mod:`~gaugelab.study.release.envelopes`), the validator
+(:mod:`~gaugelab.study.release.study_checks`), its named errors
+(:mod:`~gaugelab.study.release.study_errors`) and the ledger
+(:mod:`~gaugelab.study.release.study_ledger`).
 
 Source: seed 003 §0x00F–0x00K.
 """
@@ -35,7 +37,8 @@ from gaugelab.study.release.envelopes import (
     ProtocolEnvelope,
     TrainingRecord,
 )
-from gaugelab.study.release.study_checks import (
+from gaugelab.study.release.study_checks import validate_study_manifest
+from gaugelab.study.release.study_errors import (
     IdentityError,
     LedgerError,
     ProtocolEnvelopeError,
@@ -43,9 +46,8 @@ from gaugelab.study.release.study_checks import (
     ShapeError,
     SplitSeparationError,
     StudyManifestError,
-    study_ledger,
-    validate_study_manifest,
 )
+from gaugelab.study.release.study_ledger import study_ledger
 from gaugelab.study.release.study_objects import (
     RANK_POLICIES,
     RANK_POLICY_FIELDS,
