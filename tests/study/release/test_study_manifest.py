@@ -173,6 +173,12 @@ def test_shape_error_a_wrong_factor_shape():
         changed("matrix_objects", "A", shape=(3, 6))
 
 
+def test_shape_error_a_schema_tensor_without_coordinates():
+    schema = dataclasses.replace(M.parameter_schema, tensors=(("W", (4, 0)),))
+    with pytest.raises(ShapeError, match=r"parameter_schema W: shape \(4, 0\)"):
+        dataclasses.replace(M, parameter_schema=schema)
+
+
 def test_shape_error_a_parameter_gram_declared_as_the_output_space_kernel():
     with pytest.raises(ShapeError, match=r"'K_train'.axes.*Jᵀ J is another object"):
         changed("function_objects", "K_train", axes=("parameter", "parameter"))

@@ -61,7 +61,8 @@ _FUNCTION_AXES = {
 def validate_study_manifest(manifest: Any) -> None:
     """Refuse a low-rank study manifest whose objects do not fit together.
 
-    Checks, in order: identities (ids unique across the object namespaces, references resolved
+    Checks, in order: the parameter schema (an order, distinct tensors, integer shapes
+    ``>= 1``); identities (ids unique across the object namespaces, references resolved
     to the right kind, subtractions inside one schema, base and layer, products over their own
     factors in ``B A`` order); shapes (schema, dimensions, matrix and factor shapes and axes,
     ``F [N, C]``, ``J [N·C, D]``, ``K [N·C, N·C]``, payload widths); split separation (no sample
@@ -75,12 +76,14 @@ def validate_study_manifest(manifest: Any) -> None:
             (any object with its attributes).
 
     Raises:
-        IdentityError, ShapeError, SplitSeparationError, RankPolicyFieldError,
-        ProtocolEnvelopeError, LedgerError: the first rule broken, in that order; all
+        ShapeError (the schema), IdentityError, ShapeError, SplitSeparationError,
+        RankPolicyFieldError, ProtocolEnvelopeError, LedgerError: the first rule broken, in
+        that order; all
         :class:`StudyManifestError` (``ValueError``).
 
     Source: seed 003 §0x00K.
     """
+    _check_schema(manifest.parameter_schema)  # the schema's text names every identity
     index = check_identities(manifest)
     _check_shapes(manifest, index)
     _check_splits(manifest)
@@ -94,8 +97,9 @@ def _shape(where: str, got: object, want: object, why: str) -> None:
         raise ShapeError(f"{FN}: {where}={list(got)}; allowed: {list(want)} ({why})")  # type: ignore[call-overload]
 
 
-def _check_shapes(m: Any, index: dict) -> None:
-    schema = m.parameter_schema
+def _check_schema(schema: Any) -> None:
+    if not isinstance(schema, ParameterSchema):
+        raise ShapeError(f"{FN}: parameter_schema={schema!r}; allowed: a ParameterSchema")
     if schema.order not in ("row-major", "column-major"):
         raise ShapeError(f"{FN}: parameter_schema.order={schema.order!r}; allowed: row-major, "
                          "column-major")  # fmt: skip
@@ -103,8 +107,14 @@ def _check_shapes(m: Any, index: dict) -> None:
     if not names or len(set(names)) != len(names):
         raise ShapeError(f"{FN}: parameter_schema.tensors={names}; allowed: >= 1 distinct names")
     for n, s in schema.tensors:
-        if not s or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in s):
-            raise ShapeError(f"{FN}: parameter_schema {n}{list(s)}; allowed: integers >= 1")
+        if not isinstance(s, tuple) or not s or any(
+            isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in s
+        ):
+            raise ShapeError(f"{FN}: parameter_schema {n}: shape {s!r}; allowed: integers >= 1")
+
+
+def _check_shapes(m: Any, index: dict) -> None:
+    schema = m.parameter_schema
     D = schema.ambient()
     for p in m.parameter_objects:
         where = f"parameter {p.object_id!r}.dim"

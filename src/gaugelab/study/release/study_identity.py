@@ -58,9 +58,6 @@ def check_identities(m: Any) -> dict[str, tuple[str, Any]]:
         IdentityError: the first identity rule broken.
     """
     require_text(IdentityError, "manifest_id", m.manifest_id)
-    if not isinstance(m.parameter_schema, ParameterSchema):
-        raise IdentityError(f"{FN}: parameter_schema={m.parameter_schema!r}; allowed: a "
-                            "ParameterSchema")  # fmt: skip
     index: dict[str, tuple[str, Any]] = {}
     spaces = (("parameter", ParameterObject, m.parameter_objects),
               ("matrix", MatrixObject, m.matrix_objects),
