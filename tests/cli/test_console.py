@@ -206,8 +206,9 @@ def test_a_full_disk_after_the_runs_says_they_are_kept_and_how_to_write_the_repo
     err = capsys.readouterr().err
     assert err == (
         f"error: {figure}: no space left on the device while writing the report; the runs are "
-        f"kept in the store {store}: once there is space, `gaugelab report zoo-abc --store "
-        f"{store}` writes the report\n"
+        f"kept in the store {store} (`gaugelab runs list --study zoo-abc --store {store}` shows "
+        "how each ended: a run can have failed for the same reason); once there is space, "
+        "rerun the same command: it reruns what failed and writes the report\n"
     )
 
 

@@ -1,7 +1,7 @@
 """gaugelab learn-forget (on gaugelab's own app): the help lists the study's options; a quick
 study prints the candidate table, the no-release line and what the study does not show, and
 `gaugelab report` rebuilds its report; bad options are one-line errors naming the option that
-write nothing."""
+write nothing, and so is a study manifest whose splits share a chunk."""
 
 import pytest
 from typer.testing import CliRunner
@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 from gaugelab.cli.app import app
 from gaugelab.experiments.learn_forget.run import LearnForgetSpec
 from gaugelab.study.store.db import RunStore
+from gaugelab.tasks.sources import read_source, tiny_shakespeare_source
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -148,3 +149,14 @@ def test_a_second_gate_study_is_refused_the_opened_test_in_one_line_and_a_report
 
 
 OPEN_GATES = ("--max-forgetting", "10", "--min-stress-gain", "-1", "--min-target-gain")
+
+
+def test_a_second_target_that_is_the_retention_text_is_refused_by_the_study_manifest(tmp_path):
+    text = tmp_path / "shakespeare.txt"
+    text.write_text(read_source(tiny_shakespeare_source()), encoding="utf-8")
+    store = tmp_path / "s.sqlite"
+    result = invoke("learn-forget", "--quick", "--second-target", text, "--store", store)
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    assert "'retention_v1' holds sample id" in result.output  # a chunk trained on in block b
+    assert not store.exists()

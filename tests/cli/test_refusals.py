@@ -41,6 +41,8 @@ class Nested(ExperimentSpec):
         (("zoo", "--quick", "--seeds="), "--seeds is empty; allowed: comma-separated integers"),
         (("dial", "--quick", "--ps="), "--ps is empty; allowed: comma-separated numbers"),
         (("dial", "--quick", "--lrs="), "--lrs is empty; allowed: comma-separated numbers"),
+        (("zoo", "--quick", "--study="), "--study ''; allowed: a non-empty study name"),
+        (("dial", "--quick", "--study", " "), "--study ' '; allowed: a non-empty study name"),
         (("intrinsic-dim", "--quick", "--seeds="),
          "--seeds is empty; allowed: comma-separated integers"),
         (("lora", "finetune", "--quick", "--ranks", "2,33"),
@@ -55,6 +57,8 @@ class Nested(ExperimentSpec):
          "memory; this machine has"),
         (("zoo", "--quick", "--measurements", "2000000000"),
          "--size 40, --measurements 2000000000, 1 seed needs at least"),
+        (("twins", "--quick", "--pairs", "100000000"),
+         "--pairs 100000000 × 4 optimizer(s) needs at least 2,794.0 GiB of memory"),
         (("dial", "--quick", "--size", "100000"), "--size 100000, --measurements 1199982, "),
     ],
 )  # fmt: skip

@@ -262,7 +262,9 @@ def test_a_full_disk_while_writing_the_report_keeps_the_runs_and_says_how_to_rep
         assert db.completed(run.identity)  # the run is kept
     error = result.stderr.strip()
     assert "no space left on the device while writing the report" in error
-    assert f"`gaugelab report {study} --store {store}` writes the report" in error
+    assert f"`gaugelab runs list --study {study} --store {store}` shows how each ended" in error
+    assert error.endswith("once there is space, rerun the same command: it reruns what failed "
+                          "and writes the report")  # fmt: skip
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output
 
 

@@ -60,6 +60,7 @@ def test_chunk_layout_follows_the_documented_seeded_rule(tmp_path):
     layout = expected_layout(5, 10, (6, 2, 2))
     assert text.retention.chunks == layout["retention"]
     assert text.target.chunks == layout["target"]
+    assert spec.chunk_layout() == layout  # the spec states it without reading the text
 
 
 @pytest.mark.parametrize("domain", ["retention", "target"])

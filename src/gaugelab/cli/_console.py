@@ -260,8 +260,10 @@ def run_with_bars(
         if finished and study_name is not None:
             raise fail(
                 f"{where}: no space left on the device while writing the report; the runs are "
-                f"kept in the store {store}: once there is space, `gaugelab report "
-                f"{study_name} --store {store}` writes the report"
+                f"kept in the store {store} (`gaugelab runs list --study {study_name} --store "
+                f"{store}` shows how each ended: a run can have failed for the same reason); "
+                "once there is space, rerun the same command: it reruns what failed and "
+                "writes the report"
             ) from None
         raise fail(
             f"{where}: no space left on the device; the runs completed so far are kept in the "

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from gaugelab.cli._defaults import EXECUTORS
+from gaugelab.cli._errors import fail
 
 Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
 Out = Annotated[Path | None, typer.Option("--out", help="Report folder (default: in the store's).")]
@@ -30,6 +31,14 @@ Address = Annotated[
     str | None,
     typer.Option(help="Ray cluster address (with --executor ray; default: a local Ray)."),
 ]
+
+
+def nonempty_study(value: str | None) -> str | None:
+    """``--study``'s check (a Typer callback): an empty or blank name is refused in one line,
+    never read as "the default study"."""
+    if value is not None and not value.strip():
+        raise fail(f"--study {value!r}; allowed: a non-empty study name")
+    return value
 
 
 def comma_separated(text: str, option: str, kind: type = int) -> tuple:

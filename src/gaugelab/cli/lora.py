@@ -33,6 +33,7 @@ from gaugelab.cli._options import (
     Workers,
     check_run_options,
     comma_separated,
+    nonempty_study,
 )
 from gaugelab.cli.bench import pinned_threads
 
@@ -176,7 +177,10 @@ def inspect(
     ] = None,
     study: Annotated[
         str | None,
-        typer.Option(help="Study of a candidate label (default: the newest that has it)."),
+        typer.Option(
+            callback=nonempty_study,
+            help="Study of a candidate label (default: the newest that has it).",
+        ),
     ] = None,
     evidence: Annotated[
         bool,

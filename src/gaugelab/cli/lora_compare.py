@@ -17,6 +17,7 @@ from rich.text import Text
 from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import wide_console, working
 from gaugelab.cli._errors import check_location, fail, guarded
+from gaugelab.cli._options import nonempty_study
 from gaugelab.cli._tables import rich_table
 from gaugelab.cli.bench import pinned_threads
 
@@ -81,7 +82,9 @@ def compare(
         int | None, typer.Option(help="Seed of B's run (default: its first).")
     ] = None,
     study: Annotated[
-        str | None, typer.Option(help="Study of candidate labels (default: the newest).")
+        str | None, typer.Option(
+            callback=nonempty_study, help="Study of candidate labels (default: the newest)."
+        )
     ] = None,
     policy: Annotated[
         str,
@@ -183,7 +186,9 @@ def compose(
         str | None, typer.Option(help="Seed of each source's run, comma-separated.")
     ] = None,
     study: Annotated[
-        str | None, typer.Option(help="Study of candidate labels (default: the newest).")
+        str | None, typer.Option(
+            callback=nonempty_study, help="Study of candidate labels (default: the newest)."
+        )
     ] = None,
     evaluate: Annotated[
         bool,

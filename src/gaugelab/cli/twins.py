@@ -17,6 +17,7 @@ from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, TWIN_OPTIMIZERS, TWIN_QUICK_STEPS
 from gaugelab.cli._errors import fail, guarded, is_validation_error
+from gaugelab.cli._options import check_memory
 
 _tasks_text = LazyModule("gaugelab.tasks.text")
 _twins = LazyModule("gaugelab.experiments.twins.run")
@@ -165,6 +166,8 @@ def twins(
             )
             base = _twins.TwinSpec(steps=n, checkpoints=tuple(s for s in marks if s <= n),
                                    dtype=dtype, compile=compile, gauge_draw=gauge_draw)  # fmt: skip
+        check_memory(pairs * len(names) * _twins.PLANNED_RUN_BYTES,
+                     f"--pairs {pairs} × {len(names)} optimizer(s)")  # fmt: skip
         sweep = _twins.plan(names, base=base, pairs=pairs, merge=merge)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:

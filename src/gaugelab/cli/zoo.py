@@ -25,6 +25,7 @@ from gaugelab.cli._options import (
     check_run_options,
     comma_separated,
     names,
+    nonempty_study,
 )
 
 _sensing_dial = LazyModule("gaugelab.experiments.sensing.dial")
@@ -130,7 +131,9 @@ def zoo(
     address: Address = None,
     store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
-        str | None, typer.Option(help="Study name (default: zoo-HASH, HASH from the spec).")
+        str | None, typer.Option(
+            callback=nonempty_study, help="Study name (default: zoo-HASH, HASH from the spec)."
+        )
     ] = None,
     out: Out = None,
 ) -> None:
@@ -227,7 +230,9 @@ def dial(
     address: Address = None,
     store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
-        str | None, typer.Option(help="Study name (default: dial-HASH, HASH from the spec).")
+        str | None, typer.Option(
+            callback=nonempty_study, help="Study name (default: dial-HASH, HASH from the spec)."
+        )
     ] = None,
     out: Out = None,
 ) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gaugelab.tasks.sources import (
@@ -54,6 +55,23 @@ class TwoDomainSpec(BaseModel):
         n_val = int(self.val_fraction * self.n_chunks + 0.5)  # nearest, halves up
         n_test = int(self.test_fraction * self.n_chunks + 0.5)
         return self.n_chunks - n_val - n_test, n_val, n_test
+
+    def chunk_layout(self) -> dict[str, dict[str, tuple[int, ...]]]:
+        """Domain → split → the indices of its chunks, sorted (no text is read).
+
+        One ``torch.Generator`` seeded with ``seed`` draws ``torch.randperm(n_chunks)`` for the
+        retention domain, then one for the target domain; in each, the first ``n_train``
+        chunks are the training split, the next ``n_val`` the validation split and the last
+        ``n_test`` the test split (:meth:`chunk_counts`). Every chunk is in exactly one split.
+        """
+        n_train, n_val, _ = self.chunk_counts()
+        generator = torch.Generator().manual_seed(self.seed)
+        layout = {}
+        for name in DOMAINS:  # retention's permutation first, then target's
+            order = torch.randperm(self.n_chunks, generator=generator).tolist()
+            cut = (order[:n_train], order[n_train : n_train + n_val], order[n_train + n_val :])
+            layout[name] = {split: tuple(sorted(c)) for split, c in zip(SPLITS, cut, strict=True)}
+        return layout
 
     def with_target(self, target: TextSource) -> TwoDomainSpec:
         """This corpus with another target domain: the same retention text, chunking, split

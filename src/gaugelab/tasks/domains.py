@@ -12,7 +12,8 @@ corpus it defines (the spec and its checks: ``_domain_spec``, re-exported here):
   ``torch.Generator`` seeded with ``seed`` draws ``torch.randperm(n_chunks)`` for the retention
   domain, then one for the target domain; in each, the first ``n_train`` chunks are the training
   split, the next ``n_val`` the validation split and the last ``n_test`` the test split
-  (:meth:`TwoDomainSpec.chunk_counts`). Every character belongs to exactly one split; a split
+  (:meth:`TwoDomainSpec.chunk_counts`; :meth:`TwoDomainSpec.chunk_layout` gives the indices
+  without reading the text). Every character belongs to exactly one split; a split
   holds its chunks in text order.
 * **Vocabulary.** The sorted set of the characters of the retention *training* split and the
   target *training* split, plus one reserved unknown token, id ``len(chars)`` (the last). A
@@ -109,8 +110,8 @@ class DomainText:
     """
 
     def __init__(
-        self, name: str, spec: TwoDomainSpec, cps: torch.Tensor, layout: dict[str, list[int]],
-        vocab: _Vocabulary,
+        self, name: str, spec: TwoDomainSpec, cps: torch.Tensor,
+        layout: dict[str, tuple[int, ...]], vocab: _Vocabulary,
     ) -> None:  # fmt: skip
         self.name, self.source, self.block_size = name, getattr(spec, name), spec.block_size
         self.sha256, self.n_chars, self._vocab = self.source.sha256, cps.numel(), vocab
@@ -267,14 +268,8 @@ class TwoDomainText:
         if not isinstance(spec, TwoDomainSpec):
             raise TypeError(f"TwoDomainText: spec={spec!r}; allowed: a TwoDomainSpec")
         self.spec = spec
-        n_train, n_val, _ = spec.chunk_counts()
-        generator = torch.Generator().manual_seed(spec.seed)
-        texts, layouts = {}, {}
-        for name in DOMAINS:  # retention's permutation first, then target's
-            texts[name] = _codepoints(read_source(getattr(spec, name)))
-            order = torch.randperm(spec.n_chunks, generator=generator).tolist()
-            cut = (order[:n_train], order[n_train : n_train + n_val], order[n_train + n_val :])
-            layouts[name] = dict(zip(SPLITS, cut, strict=True))
+        layouts = spec.chunk_layout()
+        texts = {name: _codepoints(read_source(getattr(spec, name))) for name in DOMAINS}
         train = []  # the training code points of both domains
         for name in DOMAINS:
             pieces = _chunks(texts[name], spec.n_chunks)

@@ -173,18 +173,23 @@ def test_bad_sources_and_options_name_what_was_given(study, tmp_path):
         compare_lora("lora r=2", "full", store=study, study="main", dense_rho=0.0)
 
 
-def test_compose_checks_shapes_against_the_base_before_writing(study, tmp_path):
-    """An adapter whose module is wider than its base model's: one error naming the module and
-    both shapes, before anything is written (``out`` stays empty, a rerun is not refused)."""
-    found = _dense(study, "lora r=2", 0)
-    adapter = found.source.adapter
+def _wider_than_its_base(study, tmp_path):
+    """The stored ``lora r=2`` adapter with its first module's d_in doubled, saved as
+    ``tmp_path/wide``: ``(folder, module, d_out, d_in)`` (the base's shape)."""
+    adapter = _dense(study, "lora r=2", 0).source.adapter
     module = next(iter(adapter.modules))
     part = adapter.modules[module]
     d_out, d_in = part.B.shape[0], part.A.shape[1]
     wide = torch.ones(part.A.shape[0], 2 * d_in, dtype=part.A.dtype)
     modules = dict(adapter.modules)
     modules[module] = AdapterModule(wide, part.B, dataclasses.replace(part.record, d_in=2 * d_in))
-    folder = Adapter(modules, adapter.config).save(tmp_path / "wide")
+    return Adapter(modules, adapter.config).save(tmp_path / "wide"), module, d_out, d_in
+
+
+def test_compose_checks_shapes_against_the_base_before_writing(study, tmp_path):
+    """An adapter whose module is wider than its base model's: one error naming the module and
+    both shapes, before anything is written (``out`` stays empty, a rerun is not refused)."""
+    folder, module, d_out, d_in = _wider_than_its_base(study, tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     want = (f"module '{module}' is {d_out}×{2 * d_in} in the adapter but {d_out}×{d_in} in its "
@@ -194,6 +199,17 @@ def test_compose_checks_shapes_against_the_base_before_writing(study, tmp_path):
     assert not any(out.iterdir()) and not any(p.name.startswith(".") for p in tmp_path.iterdir())
     composed = compose_lora(["lora r=2"], out, store=study, study="main", evaluate=False)
     assert composed.out == out and Adapter.load(out).modules[module].r == 2
+
+
+def test_inspect_of_an_adapter_wider_than_its_base_is_one_line_naming_both_shapes(study, tmp_path):
+    from gaugelab.experiments.lora.run import inspect_lora
+
+    folder, module, d_out, d_in = _wider_than_its_base(study, tmp_path)
+    with pytest.raises(ValueError, match=rf"^inspect_lora: .*/wide: module '{module}' is "
+                       rf"{d_out}×{2 * d_in} in the adapter but {d_out}×{d_in} in its base "
+                       r"model \(pretrain run [0-9a-f]{12}\); allowed: adapters of that base "
+                       r"model$"):  # fmt: skip
+        inspect_lora(folder, store=study)
 
 
 def test_inspect_evaluates_a_run_on_the_target_corpus_it_was_fine_tuned_on(study):

@@ -6,6 +6,8 @@
 * ``design`` — The learning–forgetting study as a declared design and as candidate manifests.
 * ``figures`` — The learning–forgetting study's figures: gain against forgetting, the full update's
   rank.
+* ``manifest`` — The learning–forgetting study's own low-rank study manifest (seed 003
+  §0x00F–0x00K).
 * ``measure`` — What the learning–forgetting decision measures on the recorded states.
 * ``notes`` — The learning–forgetting study's notes: the verdict lines and what the study does not
   show.

@@ -4,10 +4,11 @@ The character model pretrained on tiny-shakespeare (the retention domain) is ada
 standard-library source (the target domain) by full fine-tuning and LoRA at ranks 1, 2, 4, 8, 16
 (and rsLoRA at 16), every candidate on the same paired seeds; a held-out standard-library
 package (``email``) is the stress domain. The design is declared before any outcome
-(:class:`LearnForgetSpec`, hashed into a :class:`gaugelab.study.release.design.DesignManifest`);
-each
-candidate's checkpoint is chosen on validation; typed records
-(:mod:`gaugelab.study.release.selection`) go through the Pareto front and the declared gates of
+(:class:`LearnForgetSpec`, hashed into a :class:`gaugelab.study.release.design.DesignManifest`),
+and so are its objects, splits and protocol envelopes (:func:`study_manifest`, a
+:class:`gaugelab.study.release.study_manifest.LowRankStudyManifest`); each candidate's
+checkpoint is chosen on validation; typed records (:mod:`gaugelab.study.release.selection`) go
+through the Pareto front and the declared gates of
 :mod:`gaugelab.study.stats.compare`; the chosen candidate is frozen and only then the sealed test
 (:class:`gaugelab.study.release.sealed.SealedTestStore`) is opened, once. The report states what the
 study does not show.
@@ -30,6 +31,7 @@ from gaugelab.experiments.learn_forget.decide import (
     policy,
 )
 from gaugelab.experiments.learn_forget.design import design_manifest
+from gaugelab.experiments.learn_forget.manifest import study_manifest
 from gaugelab.experiments.learn_forget.notes import not_shown, notes
 from gaugelab.experiments.learn_forget.results import LearnForgetResult, collect
 from gaugelab.experiments.learn_forget.spec import (
@@ -63,6 +65,7 @@ __all__ = [
     "release",
     "report",
     "run_learn_forget",
+    "study_manifest",
     "tables",
 ]
 
@@ -79,9 +82,12 @@ def plan(spec: LearnForgetSpec, study: str | None = None) -> Sweep:
     it (:func:`run_learn_forget` runs both).
 
     Raises:
-        ValueError: the spec's design or gates are not admissible (nothing is run).
+        ValueError: the spec's design or gates are not admissible, or its study manifest
+            (:func:`study_manifest`: objects, splits, envelopes, ledger) is invalid, e.g. a
+            target domain whose chunks are the retention split's (nothing is run).
     """
     design_manifest(spec)  # the design and the gates are checked before any run
+    study_manifest(spec)  # so are the study's objects, splits and protocol envelopes
     policy(spec)
     gates = {k: LearnForgetSpec.model_fields[k].get_default() for k in _GATES}
     variants: list[dict[str, Any]] = []

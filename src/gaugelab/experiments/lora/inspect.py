@@ -31,7 +31,7 @@ from gaugelab.experiments.lora.ladder import (
     ladder,
     mean_loss,
 )
-from gaugelab.experiments.lora.sources import Source, find, open_store
+from gaugelab.experiments.lora.sources import Source, check_base_shapes, find, open_store
 from gaugelab.lowrank import RankReport, energy_rank, rank_policies, reconstruct_by_rank
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
@@ -151,7 +151,8 @@ def inspect_lora(
         ValueError: ``source`` is neither an adapter folder nor a candidate or run of the
             store (an ambiguous prefix); a run that
             is not a fine-tuning run, not completed, or has no such ``seed``; bad ``ranks``;
-            an unreadable adapter (as :meth:`gaugelab.adapters.Adapter.load`).
+            an unreadable adapter (as :meth:`gaugelab.adapters.Adapter.load`); an adapter
+            module whose shape differs from its base model's (one line naming both).
         ArtifactError: a file the run recorded changed since it was written.
 
     Source: seed 003 §0x04I, §0x04K, §0x04M, §0x0BE.
@@ -189,6 +190,7 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
     corpus = finetune_corpus(found.pretrain, found.target_corpus)
     val = eval_batches(corpus, found.pretrain)
     model = base_model(found.pretrain, found.weights, corpus.d_vocab)
+    check_base_shapes(found, found.source, model, "inspect_lora")
     result.reference["base_target"] = mean_loss(model, val["target"])
     result.reference["base_retention"] = mean_loss(model, val["retention"])
     with torch.no_grad():

@@ -298,3 +298,30 @@ def find(
         message = str(exc).replace("inspect_lora", func)
         raise ValueError(message.replace("seed=", f"{seed_name}=")) from None
     return Found(name, source)
+
+
+def check_base_shapes(source: Source, label: str, model: torch.nn.Module, func: str) -> None:
+    """Every update of ``source`` names a linear module of ``model`` (its base) with the
+    update's ``(d_out, d_in)``.
+
+    Raises:
+        ValueError: one line naming ``label``, the module and both shapes.
+    """
+    shapes = {m: (B.shape[0], A.shape[1]) for m, (B, A, _) in source.factors.items()}
+    shapes |= {m: tuple(d.shape) for m, d in source.dense.items()}
+    base = "its base model" + (f" (pretrain run {source.pretrain.identity()[:12]})"
+                               if source.pretrain is not None else "")  # fmt: skip
+    for m, (d_out, d_in) in shapes.items():
+        try:
+            weight = model.get_submodule(m).weight
+        except AttributeError:
+            raise ValueError(
+                f"{func}: {label}: module {m!r} ({d_out}×{d_in}) is not a linear module of {base}"
+            ) from None
+        if tuple(weight.shape) != (d_out, d_in):
+            raise ValueError(
+                f"{func}: {label}: module {m!r} is {d_out}×{d_in} in the adapter but "
+                f"{weight.shape[0]}×{weight.shape[1]} in {base}; allowed: adapters of that "
+                "base model"
+            )
+

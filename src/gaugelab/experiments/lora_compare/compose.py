@@ -21,6 +21,7 @@ import torch
 from gaugelab.adapters.names import module_order
 from gaugelab.experiments.lora.ladder import capture_inputs
 from gaugelab.experiments.lora.sources import Found, find, open_store
+from gaugelab.experiments.lora.sources import check_base_shapes as _check_source
 from gaugelab.experiments.lora_compare.sources import losses, merged_model, target_batches
 from gaugelab.lowrank.composition.adapters import ModuleLedger, compose_adapters
 from gaugelab.lowrank.composition.ledger import interference, staged_expansion_report
@@ -190,22 +191,7 @@ def check_base_shapes(found: list[Found], func: str) -> None:
         key = pretrain.identity()
         if key not in models:
             models[key] = merged_model(f, {})
-        model = models[key]
-        for m, part in f.source.adapter.modules.items():  # type: ignore[union-attr]
-            shape = (part.B.shape[0], part.A.shape[1])
-            try:
-                weight = model.get_submodule(m).weight
-            except AttributeError:
-                raise ValueError(
-                    f"{func}: {f.label}: module {m!r} ({shape[0]}×{shape[1]}) is not a linear "
-                    f"module of its base model (pretrain run {key[:12]})"
-                ) from None
-            if tuple(weight.shape) != shape:
-                raise ValueError(
-                    f"{func}: {f.label}: module {m!r} is {shape[0]}×{shape[1]} in the adapter "
-                    f"but {weight.shape[0]}×{weight.shape[1]} in its base model (pretrain run "
-                    f"{key[:12]}); allowed: adapters of that base model"
-                )
+        _check_source(f.source, f.label, models[key], func)
 
 
 def _save(composed, out: Path) -> Path:
@@ -234,7 +220,8 @@ def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -
         parts = [adapters[j].modules[m] for j in present]  # type: ignore[union-attr]
         work = work_dtype(parts[0].A.dtype)  # as compose_adapters: the same tolerances
         stages = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]
-        report = staged_expansion_report(stages, [weights[j] for j in present])
+        report = staged_expansion_report(stages, [weights[j] for j in present],
+                                         with_bases=False)  # fmt: skip
         for j, row in zip(present, report, strict=True):
             for key in ("rank_stage", "rank_total", "new_row", "new_column"):
                 rows[j][key] += getattr(row, key)

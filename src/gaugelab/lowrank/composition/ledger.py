@@ -307,7 +307,7 @@ class StageRow:
     stage: int
     rank_stage: int
     rank_total: int
-    bases: UpdateBases
+    bases: UpdateBases | None
     new_row: int
     new_column: int
     metrics: Mapping[str, float]
@@ -319,6 +319,7 @@ def staged_expansion_report(
     *,
     rtol: float | None = None,
     evaluate: Callable[[torch.Tensor, torch.Tensor], Mapping[str, float]] | None = None,
+    with_bases: bool = True,
 ) -> list[StageRow]:
     """Merge updates stage by stage and report the rank and bases after each (§0x05G).
 
@@ -331,6 +332,8 @@ def staged_expansion_report(
         rtol: numerical-rank tolerance (default as :func:`compose_static`).
         evaluate: optional ``evaluate(B_total, A_total) → {metric: value}`` (task metrics of
             the merged model, e.g. target and retention loss).
+        with_bases: compute each stage's row and column bases (``False``: ``bases`` is
+            ``None``, for a caller that reads only the ranks; the bases cost an SVD a stage).
 
     Returns:
         One :class:`StageRow` per stage.
@@ -346,8 +349,10 @@ def staged_expansion_report(
     prev_row = prev_col = 0
     for t in range(len(stages)):
         total = compose_static(stages[: t + 1], coefficients[: t + 1], rtol=rtol, check=False)
-        stage = compose_static([stages[t]], [coefficients[t]], rtol=total.rtol, check=False)
-        bases = update_bases((total.B, total.A), policy="numerical", rtol=total.rtol)
+        stage = total if t == 0 else compose_static([stages[t]], [coefficients[t]],
+                                                    rtol=total.rtol, check=False)  # fmt: skip
+        bases = (update_bases((total.B, total.A), policy="numerical", rtol=total.rtol,
+                              factor_spans=False) if with_bases else None)  # fmt: skip
         rank = total.measured_rank
         metrics = dict(evaluate(total.B, total.A)) if evaluate is not None else {}
         rows.append(StageRow(t, stage.measured_rank, rank, bases, total.rank_a_cat - prev_row,

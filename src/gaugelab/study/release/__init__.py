@@ -1,5 +1,5 @@
-"""Release governance of a rank study (seed 003 §0x0B–0x0C): the declared design, candidate
-selection, gates and the sealed test.
+"""Release governance of a rank study (seed 003 §0x00F–0x00K, §0x0B–0x0C): the study manifest,
+the declared design, candidate selection, gates and the sealed test.
 
 * ``attempts`` — Attempt lineage of a training unit: attempt identities, the retry rule and the
   attempt that counts (seed 003 §0x0CI).
@@ -13,6 +13,7 @@ selection, gates and the sealed test.
   (seed 003 §0x0CF–0x0CG).
 * ``design`` — The experimental design of a rank study, declared before outcomes (seed 003
   §0x0CB–0x0CL).
+* ``envelopes`` — Protocol envelopes: one result, one envelope (seed 003 §0x00J).
 * ``evidence`` — The evidence of one candidate (seed 003 §0x0BJ): typed sub-records, each naming
   the inference it forbids, and the :class:`CandidateRecord` that joins them under one candidate
   identity without collapsing them into one number.
@@ -27,16 +28,25 @@ selection, gates and the sealed test.
   spec, and the event log's parsing into a :class:`SealStatus`.
 * ``selection`` — Candidate selection: select a candidate for one release contract, not a universal
   rank.
+* ``study_checks`` — The low-rank study manifest's validator (seed 003 §0x00K).
+* ``study_errors`` — The named errors of the low-rank study manifest's validator (seed 003
+  §0x00K).
+* ``study_identity`` — Identity checks of the low-rank study manifest (seed 003 §0x00F–0x00H).
+* ``study_ledger`` — The structural ledger of a low-rank study manifest (seed 003 §0x00K).
+* ``study_manifest`` — The immutable low-rank study manifest: objects before results (seed 003
+  §0x00F–0x00K).
+* ``study_objects`` — The objects of a low-rank study manifest's five object namespaces (seed 003
+  §0x00F–0x00I).
 * ``units`` — The objects of an experimental design: nuisance tuples, blocks, candidate pipelines,
   training units and base-baseline records (seed 003 §0x0CE–0x0CF), with their canonical-JSON
   identities.
 * ``validate`` — Fail-closed validation of candidate records before any selection (seed 003
   §0x0BU).
 
-The public names of ``design``, ``selection``, ``sealed`` are re-exported here (imported on first
-use).
+The public names of ``design``, ``selection``, ``sealed`` and ``study_manifest`` are re-exported
+here (imported on first use).
 """
 
 from gaugelab._lazy import lazy_face
 
-__getattr__, __dir__ = lazy_face(__name__, "design", "selection", "sealed")
+__getattr__, __dir__ = lazy_face(__name__, "design", "selection", "sealed", "study_manifest")
