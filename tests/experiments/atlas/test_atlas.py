@@ -179,3 +179,17 @@ def test_the_result_round_trips_through_json_and_prints_as_markdown(atlas):
     assert header == "| optimizer | orthogonal / sensing |" and rule == "|---|---|"
     assert f"| {MODULE}:ClosureFreeSGD | equivariant · " in md
     assert f"- `{MODULE}:Diverges` orthogonal / sensing: **diverged** — run: step 1" in md
+
+
+@pytest.mark.slow  # two spawned workers start torch: about 13 s on 2 cores
+def test_worker_processes_import_the_users_module_and_keep_each_checks_time_limit(
+    user_module, tmp_path
+):
+    # two spawned workers: each imports the module from the current folder, pays torch's
+    # one-time start outside the limit (else NoOp, the first check of its worker, would time out)
+    spec = atlas_spec([MODULE], only=["NoOp", "SlowStep"], groups=["orthogonal"],
+                      problems=["sensing"], steps=2, draws=1, timeout=1.5)  # fmt: skip
+    outcome = run_atlas(spec, store=tmp_path / "store.sqlite", max_workers=2, write_report=False)
+    verdicts = {r.optimizer.partition(":")[2]: r.verdict for r in outcome.result.rows}
+    assert verdicts == {"NoOp": "inconclusive", "SlowStep": "timeout"}
+    assert outcome.result.failures == []
