@@ -81,6 +81,11 @@ class AtlasRow:
         return f"{self.group} / {self.problem}"
 
     @property
+    def label(self) -> str:
+        """``<optimizer> <group> / <problem>``: the run's label (``AtlasSpec.run_label()``)."""
+        return f"{self.optimizer} {self.cell}"
+
+    @property
     def why(self) -> str:
         """One line: ``<phase>: <reason> (<hint>)`` (``""`` for a measured verdict)."""
         if not self.reason:

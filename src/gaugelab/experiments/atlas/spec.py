@@ -148,6 +148,16 @@ class AtlasSpec(ExperimentSpec):
             )
         return self.optimizers[0], self.groups[0], self.problems[0]
 
+    def run_label(self) -> str:
+        """A run's check as ``gaugelab runs list`` and the report name it:
+        ``torch.optim:Adam orthogonal / sensing``.
+
+        Raises:
+            ValueError: the spec holds several checks (a study's spec).
+        """
+        candidate, group, problem = self.check
+        return f"{candidate.target} {group} / {problem}"
+
     def dtype_name(self) -> str:
         return self.dtype
 

@@ -73,11 +73,12 @@ def matrix_table(result: AtlasResult) -> rep.Table:
 
 
 def checks_table(result: AtlasResult) -> rep.Table:
-    """One row per check, grouped by verdict (sortable in the report)."""
+    """One row per check, grouped by verdict, with the check's explanation or the reason it
+    gave none (sortable in the report)."""
     rows = [[r.optimizer, r.version, r.group, r.problem, r.verdict, r.gauge, r.noise, r.ratio,
-             r.seconds] for r in result.grouped()]  # fmt: skip
+             r.seconds, r.explanation or r.why] for r in result.grouped()]  # fmt: skip
     columns = ["optimizer", "version", "group", "problem", "verdict", "step-1 gauge twin",
-               "step-1 noise twin", "gauge / noise", "seconds"]  # fmt: skip
+               "step-1 noise twin", "gauge / noise", "seconds", "why"]  # fmt: skip
     return rep.Table(
         title="Every check, grouped by verdict",
         columns=columns,
@@ -163,7 +164,7 @@ def report(result: AtlasResult, out_dir: str | os.PathLike[str]) -> Path:
             "sits far below its floor, a basis-dependent one far above.",
         ))  # fmt: skip
     runs = [rep.RunSummary(r.identity, STOPPED if r.verdict == TIMEOUT else "completed",
-                           f"{r.optimizer} {r.cell}", {"ratio": r.ratio, "seconds": r.seconds})
+                           r.label, {"ratio": r.ratio, "seconds": r.seconds})
             for r in result.rows]  # fmt: skip
     return rep.write_result_report(
         result, folder, runs=runs,
