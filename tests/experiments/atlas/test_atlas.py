@@ -193,3 +193,19 @@ def test_worker_processes_import_the_users_module_and_keep_each_checks_time_limi
     verdicts = {r.optimizer.partition(":")[2]: r.verdict for r in outcome.result.rows}
     assert verdicts == {"NoOp": "inconclusive", "SlowStep": "timeout"}
     assert outcome.result.failures == []
+
+
+@pytest.mark.parametrize("source", ["pytorch_optimizer", "heavyball"])
+def test_a_published_source_that_is_not_installed_names_the_extra(source, monkeypatch):
+    from gaugelab.experiments.atlas import sources
+
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(sources, "import_from_cwd", missing)  # as where it is not installed
+    with pytest.raises(ValueError) as caught:
+        discover_optimizers(source)
+    assert str(caught.value) == (
+        f"discover_optimizers: source={source!r} is not installed; allowed: pip install "
+        "'gaugelab[atlas]' installs it"
+    )
