@@ -9,6 +9,7 @@ experiment) happen inside the command function, so that ``gaugelab --help`` stay
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -102,7 +103,10 @@ def atlas(
     """
     if as_json and as_markdown:
         raise fail("--json and --markdown: choose one")
-    console = Console(stderr=True) if as_json or as_markdown else wide_console()
+    console = wide_console()
+    if as_json or as_markdown:  # stdout holds only the atlas; the rest goes to stderr
+        wide = not sys.stderr.isatty() and "COLUMNS" not in os.environ
+        console = Console(stderr=True, width=200 if wide else None)
     try:
         check_run_options(executor, max_workers, threads, dtype)
         sources = _listed(source, "--source")
