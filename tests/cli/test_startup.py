@@ -161,6 +161,16 @@ def test_runs_list_names_an_intrinsic_run_as_its_training_and_report_do():
     assert trains("intrinsic-dim", study) is None  # the study spec trains nothing itself
 
 
+def test_runs_list_names_an_atlas_run_by_its_check_as_the_report_does():
+    from gaugelab.experiments.atlas.run import AtlasSpec, Candidate, plan
+
+    spec = AtlasSpec(optimizers=(Candidate(target="torch.optim:Adam", version="torch 2"),))
+    labels = [trains("atlas", json.loads(r.model_dump_json())) for r in plan(spec).specs()]
+    assert labels == [r.run_label() for r in plan(spec).specs()]
+    assert labels[0] == "torch.optim:Adam orthogonal / sensing"
+    assert trains("atlas", json.loads(spec.model_dump_json())) is None  # 4 checks: a study
+
+
 @pytest.mark.parametrize(
     ("kind", "spec"),
     [("zoo", {"rules": "gd"}), ("zoo", {"rules": ["gd"], "convex": "yes"}),
@@ -168,7 +178,9 @@ def test_runs_list_names_an_intrinsic_run_as_its_training_and_report_do():
      ("lora-finetune", {"full": "yes", "ranks": []}), ("lora-finetune", {"ranks": [True]}),
      ("lora-twins", {"optimizer": 3}), ("lora-kernel", {"optimizers": "gd"}),
      ("intrinsic-dim", {"role": "full", "full_lrs": ["x"]}),
-     ("intrinsic-dim", {"role": "subspace", "dims": [1, 2], "seeds": [0], "lrs": [0.1]})],
+     ("intrinsic-dim", {"role": "subspace", "dims": [1, 2], "seeds": [0], "lrs": [0.1]}),
+     ("atlas", {"optimizers": [{"target": 3}], "groups": ["orthogonal"], "problems": ["sensing"]}),
+     ("atlas", {"optimizers": ["torch.optim:Adam"], "groups": ["x"], "problems": ["sensing"]})],
 )  # fmt: skip
 def test_runs_list_leaves_a_spec_it_cannot_read_unnamed(kind, spec):
     assert trains(kind, spec) is None

@@ -18,6 +18,9 @@ def test_verdict_strings_are_the_stored_ones():
         "equivariant", "breaks", "precision-limited", "nondeterministic", "inconclusive",
     )  # fmt: skip
     assert (V.BASIS_SENSITIVE, V.CHAOTIC) == ("basis-sensitive", "equivariant-then-chaotic")
+    # what the atlas records where a check gives no verdict (never a verdict of either procedure)
+    assert V.OUTCOMES == (V.ERROR, V.DIVERGED, V.TIMEOUT) == ("error", "diverged", "timeout")
+    assert not set(V.OUTCOMES) & set(V.VERDICTS)
 
 
 def test_the_vocabularies_are_the_documented_sets():

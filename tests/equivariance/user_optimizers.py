@@ -1,6 +1,7 @@
 """User-written optimizers for the checker's tests: measured whether or not they call the
 closure, and never certified when they do not move (tests/equivariance/test_check.py imports
-them; tests/cli/test_check_cli.py copies this file into a user's folder as myopts.py)."""
+them; tests/cli/test_check_cli.py and test_atlas_cli.py copy this file into a user's folder as
+myopts.py)."""
 
 import torch
 
@@ -107,3 +108,29 @@ class NeedsHessian(ClosureFreeSGD):
                     raise RuntimeError(
                         "gradient tensors have no graph: call backward(create_graph=True)"
                     )
+
+
+class Diverges(ClosureFreeSGD):
+    """A step that sends every parameter to infinity: the run diverges."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                p.fill_(float("inf"))
+
+
+class SlowStep(ClosureFreeSGD):
+    """A step that takes an hour (stopped by the atlas's time limit)."""
+
+    def step(self, closure=None):
+        import time
+
+        time.sleep(3600)
+
+
+class RefusesParameters(ClosureFreeSGD):
+    """A constructor that refuses the parameters it is given (a ValueError, as torch's do)."""
+
+    def __init__(self, params, lr=1e-2):
+        raise ValueError("only 1-D parameters are supported")

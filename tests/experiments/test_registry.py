@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 KINDS = [
     "zoo", "dial", "twins", "lora-finetune", "intrinsic-dim", "lora-twins", "lora-kernel",
-    "learn-forget",
+    "learn-forget", "atlas",
 ]  # fmt: skip
 
 

@@ -23,6 +23,7 @@ from gaugelab.study.report.builder import (
     plot_curves,
     render_report,
     save_figure,
+    sort_ranks,
     write_report,
 )
 
@@ -250,3 +251,20 @@ def test_seeds_phrase_takes_the_number_of_its_seeds(seeds, text):
     from gaugelab.study.report.builder import seeds_phrase
 
     assert seeds_phrase(seeds) == text
+
+
+def test_a_sortable_table_carries_every_rows_rank_in_each_order_and_no_script(twins_figure):
+    rows = [["sgd", 2.0], ["adam", None], ["Muon", 0.5], ["lion", float("nan")]]
+    table = Table("checks", ["optimizer", "ratio"], rows, sortable=True)
+    ranks = [dict(kv.split(":") for kv in style.split(";")) for style in sort_ranks(table)]
+    # by name, case-folded: adam, lion, Muon, sgd; descending: sgd, Muon, lion, adam
+    assert [r["--a0"] for r in ranks] == ["3", "0", "2", "1"]
+    assert [r["--d0"] for r in ranks] == ["0", "3", "1", "2"]
+    # by ratio: 0.5, 2.0, then the empty cells (None, NaN) last in both orders, in table order
+    assert [r["--a1"] for r in ranks] == ["1", "2", "0", "3"]
+    assert [r["--d1"] for r in ranks] == ["0", "2", "1", "3"]
+    page = render_report(_report(twins_figure, tables=[table]))
+    assert "<script" not in page.lower()
+    assert '<table class="data sortable">' in page
+    assert page.count('class="sort-key"') == 4  # ▲ and ▼ per column
+    assert 'style="--a0:3;--d0:0;--a1:1;--d1:0"' in page

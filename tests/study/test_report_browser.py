@@ -112,3 +112,35 @@ def test_report_opens_in_chromium_without_errors_or_broken_images(tmp_path):
     assert all(src == "data:image/png;base64," for _, _, src in images)
     assert title == f"{STUDY_XSS} — gaugelab study report"  # shown as text, not run
     assert screenshot.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_sortable_table_reorders_its_rows_by_the_clicked_header_without_scripts(tmp_path):
+    sync_playwright = _sync_playwright()
+    rows = [["sgd", 2.0], ["adam", None], ["muon", 0.5], ["lion", 1e-3]]
+    report = StudyReport(name="sorting", spec={}, tables=[
+        Table("checks", ["optimizer", "ratio"], rows, sortable=True)])  # fmt: skip
+    path = write_report(report, tmp_path)
+
+    def shown(page) -> list[str]:  # the first column's cells, top to bottom on the screen
+        cells = page.query_selector_all("table.sortable td:first-child")
+        return [c.inner_text() for c in sorted(cells, key=lambda c: c.bounding_box()["y"])]
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS, timeout=30_000
+        )
+        try:
+            page = browser.new_page()
+            page.goto(path.as_uri(), wait_until="load", timeout=15_000)
+            seen = {"table order": shown(page)}
+            for label in ("sort1-0a", "sort1-1d", "sort1-1a"):
+                page.click(f"label[for={label}]")
+                seen[label] = shown(page)
+        finally:
+            browser.close()
+    assert seen == {
+        "table order": ["sgd", "adam", "muon", "lion"],
+        "sort1-0a": ["adam", "lion", "muon", "sgd"],
+        "sort1-1d": ["sgd", "muon", "lion", "adam"],  # the empty cell last either way
+        "sort1-1a": ["lion", "muon", "sgd", "adam"],
+    }

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import Field
 
 sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import the toy spec by name
 
@@ -345,3 +346,21 @@ def test_ray_missing_is_an_error_before_any_run_is_registered(tmp_path, monkeypa
     with pytest.raises(ValueError, match=r"executor='ray' needs Ray; install gaugelab\[ray\]"):
         run_sweep(Sweep(ToySpec(), grid={"x": [1.0, 2.0]}), store=store, executor="ray")
     assert not store.exists() or not RunStore(store).runs()
+
+
+class _Limited(ToySpec):
+    """ToySpec with a field left out of its identity (as a time limit is)."""
+
+    limit: float = Field(1.0, description="how long a run may take (not its identity)")
+
+    def spec_dict(self):
+        data = super().spec_dict()
+        data.pop("limit")
+        return data
+
+
+def test_a_field_left_out_of_the_identity_is_carried_into_every_run_spec():
+    specs = Sweep(_Limited(limit=7.0), grid={"x": [1.0, 2.0]}).specs()
+    assert [s.limit for s in specs] == [7.0, 7.0]  # not reset to its default
+    assert specs[0].identity() == _Limited(x=1.0, limit=99.0).identity()
+    assert Sweep(_Limited(), grid={"limit": [3.0]}).specs()[0].limit == 3.0

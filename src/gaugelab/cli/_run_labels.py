@@ -3,7 +3,8 @@
 ``gaugelab runs list`` shows it in its "trains" column; reading the stored spec as plain JSON
 keeps listing runs free of torch and of every experiment module. Each label is the one the
 experiment itself uses (``ZooSpec.labels()``, ``DialSpec.labels()``, ``FinetuneSpec.candidates()``,
-``IntrinsicSpec.run_label()``); tests/cli/test_startup.py checks that they agree.
+``IntrinsicSpec.run_label()``, ``AtlasSpec.run_label()``); tests/cli/test_startup.py checks
+that they agree.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def trains(kind: str, spec: dict[str, Any]) -> str | None:
         return (", ".join(optimizers) or None) if ok else None
     if kind == "intrinsic-dim":
         return _intrinsic_label(spec)
+    if kind == "atlas":
+        return _atlas_label(spec)
     if kind == "learn-forget":
         candidate, block = spec.get("candidate"), spec.get("block")
         ok = isinstance(candidate, str) and isinstance(block, str)
@@ -63,6 +66,19 @@ def trains(kind: str, spec: dict[str, Any]) -> str | None:
         return None
     labels = list(rows) + [label for flag, label in zip(flags, extra.values(), strict=True) if flag]
     return ", ".join(labels) or None
+
+
+def _atlas_label(spec: dict[str, Any]) -> str | None:
+    """As ``AtlasSpec.run_label()``: ``torch.optim:Adam orthogonal / sensing``; None for a
+    study spec (several checks) or an unreadable one."""
+    fields = [spec.get(k) for k in ("optimizers", "groups", "problems")]
+    if not all(isinstance(v, list | tuple) and len(v) == 1 for v in fields):
+        return None
+    (candidate,), (group,), (problem,) = fields
+    target = candidate.get("target") if isinstance(candidate, dict) else None
+    if not all(isinstance(x, str) for x in (target, group, problem)):
+        return None
+    return f"{target} {group} / {problem}"
 
 
 def _intrinsic_label(spec: dict[str, Any]) -> str | None:

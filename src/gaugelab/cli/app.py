@@ -1,7 +1,8 @@
 """The ``gaugelab`` command: the Typer app, one module per command group, and ``main``.
 
 Commands are registered in the order ``gaugelab --help`` lists them: ``optimizers``, ``check``
-(cli/optimizers.py, cli/check.py), ``bench`` (cli/bench.py), ``twins``, ``lora`` (cli/lora.py),
+(cli/optimizers.py, cli/check.py), ``atlas`` (cli/atlas.py), ``bench`` (cli/bench.py),
+``twins``, ``lora`` (cli/lora.py),
 ``report`` and ``runs`` (cli/runs.py), ``zoo`` and ``dial`` (cli/zoo.py). Every command is then
 guarded (cli/_errors.py): Ctrl-C prints ``interrupted`` and exits 130, a failure of the machine
 (full disk, read-only folder, a path under a regular file) is one line, never a traceback.
@@ -12,7 +13,18 @@ from typing import Annotated
 
 import typer
 
-from gaugelab.cli import bench, check, intrinsic, learn_forget, lora, optimizers, runs, twins, zoo
+from gaugelab.cli import (
+    atlas,
+    bench,
+    check,
+    intrinsic,
+    learn_forget,
+    lora,
+    optimizers,
+    runs,
+    twins,
+    zoo,
+)
 from gaugelab.cli._errors import guarded
 
 app = typer.Typer(
@@ -20,7 +32,8 @@ app = typer.Typer(
     help=(
         "Optimizer geometry on factored models. The main job: `gaugelab twins` (the "
         "attention-head twin protocol). Also: the optimizer zoo and its certificates "
-        "(`optimizers`, `check`), the matrix-sensing zoo and the Adam-p dial (`zoo`, `dial`), "
+        "(`optimizers`, `check`; `atlas`: every optimizer a module exports, checked), the "
+        "matrix-sensing zoo and the Adam-p dial (`zoo`, `dial`), "
         "LoRA adapters: fine-tuning, inspection, comparison and composition, gauge twins and "
         "kernel diagnostics (`lora`), the intrinsic dimension (`intrinsic-dim`), the "
         "learning–forgetting rank study with a sealed test set (`learn-forget`), the run "
@@ -63,6 +76,7 @@ def _guard_every_command(cli: typer.Typer) -> None:
 
 optimizers.register(app)
 check.register(app)
+atlas.register(app)
 bench.register(app)
 twins.register(app)
 lora.register(app)

@@ -38,7 +38,21 @@ def _cwd_first() -> Iterator[None]:
             sys.path.remove(cwd)  # the first occurrence: ours, unless the import added one
 
 
-def _one_line(exc: BaseException) -> str:
+def import_from_cwd(module_name: str):
+    """Import ``module_name`` with the current directory first on ``sys.path`` (as ``python -m``
+    puts it; ``sys.path`` is restored afterwards), so ``myopts`` finds a ``myopts.py`` beside
+    the caller. How a ``module:Class`` target's module is imported, and what
+    ``gaugelab atlas --source MODULE`` imports.
+
+    Raises:
+        whatever the import raises (``ModuleNotFoundError``, or the module's own error).
+    """
+    with _cwd_first():
+        return importlib.import_module(module_name)
+
+
+def one_line(exc: BaseException) -> str:
+    """``"Type: message"`` with the message's whitespace folded onto one line."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -56,12 +70,11 @@ def _import_target(target: str):
     if not module_name or not attr:
         raise ValueError(f"check_equivariance: optimizer={target!r}; allowed: 'module:Class'")
     try:
-        with _cwd_first():
-            module = importlib.import_module(module_name)
+        module = import_from_cwd(module_name)
     except (Exception, SystemExit) as exc:  # whatever the user's module raises on import
         raise ValueError(
             f"check_equivariance: cannot import module {module_name!r} for {target!r} "
-            f"({_one_line(exc)}); allowed: a zoo name or 'module:Class' importable from the "
+            f"({one_line(exc)}); allowed: a zoo name or 'module:Class' importable from the "
             f"current directory or sys.path"
         ) from None
     if not hasattr(module, attr):

@@ -46,7 +46,16 @@ BASIS_SENSITIVE = "basis-sensitive"
 CHAOTIC = "equivariant-then-chaotic"
 ERROR = "error"
 """Not a measurement: the optimizer under test raised (:class:`gaugelab.errors.OptimizerFailure`),
-so no twin could be compared; ``gaugelab check --json`` reports it with the phase and reason."""
+so no twin could be compared; ``gaugelab check --json`` reports it with the phase and reason.
+``gaugelab atlas`` also gives it to a constructor that refuses the problem's parameters."""
+DIVERGED = "diverged"
+"""Not a measurement: a run of the triplet became non-finite (:class:`gaugelab.NonFiniteError`);
+``gaugelab atlas`` records it with the message (``gaugelab check`` refuses in one line)."""
+TIMEOUT = "timeout"
+"""Not a measurement: ``gaugelab atlas`` stopped the check at its time limit (``--timeout``);
+the next atlas tries it again."""
+OUTCOMES: tuple[str, ...] = (ERROR, DIVERGED, TIMEOUT)
+"""What ``gaugelab atlas`` records where a check gave no verdict of :data:`CHECK_VERDICTS`."""
 
 
 @dataclass(frozen=True)
@@ -114,11 +123,14 @@ __all__ = [
     "CHAOTIC",
     "CHECK_TO_TWINS",
     "CHECK_VERDICTS",
+    "DIVERGED",
     "EQUIVARIANT",
     "ERROR",
     "INCONCLUSIVE",
     "NONDETERMINISTIC",
+    "OUTCOMES",
     "PRECISION_LIMITED",
+    "TIMEOUT",
     "TWIN_VERDICTS",
     "VERDICTS",
     "Verdict",

@@ -30,6 +30,7 @@ _PLACES: dict[str, str] = {
     "lora-twins": "gaugelab.experiments.lora_twins.run",
     "lora-kernel": "gaugelab.experiments.lora_kernel.run",
     "learn-forget": "gaugelab.experiments.learn_forget.run",
+    "atlas": "gaugelab.experiments.atlas.run",
 }
 
 

@@ -15,6 +15,7 @@ latest checkpoint when the same sweep is run again (see
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +62,9 @@ class Sweep:
         seed_field: the field the int seeds set.
         name: the study name (default: the spec's kind).
 
+    Every field of ``spec`` is carried into the run specs, including one its ``spec_dict``
+    leaves out of the identity (e.g. a time limit: how a run executes, not what it computes).
+
     Raises:
         ValueError: (from :meth:`specs`) a path that is not a field, a value the spec rejects,
             or int seeds without ``seed_field``.
@@ -96,7 +100,9 @@ class Sweep:
         for values in itertools.product(*(self.grid[k] for k in keys)):
             for variant in variants:
                 for seeds in seed_updates:
-                    data = self.spec.spec_dict()
+                    # every field, also one the spec leaves out of its identity (spec_dict):
+                    # how a run executes (a time limit) travels with the run spec
+                    data = json.loads(self.spec.model_dump_json())
                     updates = [*zip(keys, values, strict=True), *variant.items(), *seeds.items()]
                     for path, value in updates:
                         _set_path(data, path, value)

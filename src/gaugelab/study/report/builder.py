@@ -69,6 +69,7 @@ __all__ = [
     "render_report",
     "save_figure",
     "seeds_phrase",
+    "sort_ranks",
     "step_axis",
     "write_report",
     "write_result_report",
@@ -99,12 +100,20 @@ class RunSummary:
 
 @dataclass(frozen=True)
 class Table:
-    """A titled table; every row has one cell per column (strings or numbers, ``None`` = —)."""
+    """A titled table; every row has one cell per column (strings or numbers, ``None`` = —).
+
+    Attributes:
+        title, columns, rows, caption: what is shown.
+        sortable: in the report, every column header gets ▲ / ▼ controls that reorder the rows
+            by that column (numbers by value, text alphabetically, ``None`` and NaN last either
+            way) — with CSS alone, as the page runs no scripts (:func:`sort_ranks`).
+    """
 
     title: str
     columns: Sequence[str]
     rows: Sequence[Sequence[Cell]]
     caption: str = ""
+    sortable: bool = False
 
     def __post_init__(self) -> None:
         for i, row in enumerate(self.rows):
@@ -178,6 +187,37 @@ def format_number(value: Any) -> str:
     return f"{x:.3g}"
 
 
+def _sort_key(cell: Cell) -> tuple:
+    """Numbers first by value, then text (case-folded), then ``None`` and NaN."""
+    if isinstance(cell, numbers.Real) and not isinstance(cell, bool):
+        x = float(cell)
+        return (2,) if math.isnan(x) else (0, x)
+    return (2,) if cell is None else (1, str(cell).casefold())
+
+
+def sort_ranks(table: Table) -> list[str]:
+    """Each row's place in every sort order of a sortable table, as its inline style.
+
+    Row ``i`` gets ``--a<c>: r; --d<c>: s`` for every column ``c``: its 0-based rank when the
+    rows are sorted by that column ascending (``r``) and descending (``s``), ties kept in table
+    order, empty cells last in both. The page's CSS moves the rows (``order`` of a CSS grid)
+    by the ranks of the checked header control; no script runs.
+
+    Returns:
+        ``[rows]`` style strings (digits, ``-``, ``:``, ``;`` only: nothing to escape).
+    """
+    ranks = [[] for _ in table.rows]
+    for c in range(len(table.columns)):
+        keys = [_sort_key(row[c]) for row in table.rows]
+        up = sorted(range(len(keys)), key=lambda i: keys[i])
+        empty = [i for i in up if keys[i][0] == 2]
+        down = [i for i in reversed(up) if keys[i][0] != 2] + empty
+        for order, name in ((up, "a"), (down, "d")):
+            for rank, i in enumerate(order):
+                ranks[i].append(f"--{name}{c}:{rank}")
+    return [";".join(r) for r in ranks]
+
+
 @functools.cache
 def _environment() -> jinja2.Environment:
 
@@ -235,6 +275,7 @@ def render_report(report: StudyReport) -> str:
                 report.spec, indent=2, sort_keys=True, ensure_ascii=False, default=str
             ),
             metric_names=list(metric_names),
+            ranks=[sort_ranks(t) if t.sortable else [] for t in report.tables],
             figures=[(artifact, _png_data_uri(artifact)) for artifact in report.figures],
         )
     )
