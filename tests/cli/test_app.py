@@ -51,7 +51,9 @@ def test_check_passes_options_through():
 
 def test_bad_input_gives_one_line_errors_and_exit_code_2():
     cases = [
-        (("check", "adamm"), "unknown optimizer 'adamm'"),
+        (("check", "adamm"), "unknown optimizer 'adamm' (did you mean adam, or adamw?)"),
+        (("check", "sgd"), "unknown optimizer 'sgd' (did you mean gd, or torch.optim:SGD?)"),
+        (("check", "xyz"), "unknown optimizer 'xyz'; known rules: adafactor"),
         (("check", "adam", "--opt", "lr=-1"), "error: --opt adam: lr=-1 is out of range"),
         (("check", "adam", "--opt", "lr=abc"), "error: --opt adam: lr='abc' is not a number"),
         (("check", "adam", "--opt", "betas=(0.9,2)"), "error: --opt adam: betas[1]=2"),

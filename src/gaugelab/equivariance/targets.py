@@ -11,6 +11,7 @@ caller, so the messages carry its name.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -90,6 +91,17 @@ def _import_target(target: str):
     return getattr(module, attr)
 
 
+def _suggestion(name: str) -> str:
+    """`` (did you mean gd, or torch.optim:SGD?)`` for a name close to a zoo rule or equal,
+    up to case, to a torch.optim class; ``""`` otherwise."""
+    close = difflib.get_close_matches(name.lower(), sorted(OPTIMIZERS), n=2, cutoff=0.6)
+    classes = [f"torch.optim:{c}" for c in dir(torch.optim)
+               if c.lower() == name.lower() and isinstance(getattr(torch.optim, c), type)
+               and issubclass(getattr(torch.optim, c), torch.optim.Optimizer)]  # fmt: skip
+    options = close + classes
+    return f" (did you mean {', or '.join(options)}?)" if options else ""
+
+
 def resolve_target(optimizer, hyper: dict) -> tuple[str, type | None, Factory]:
     """:func:`resolve_optimizer`, also returning the class (``None`` for a zoo name).
 
@@ -100,8 +112,8 @@ def resolve_target(optimizer, hyper: dict) -> tuple[str, type | None, Factory]:
         if optimizer not in OPTIMIZERS:
             known = ", ".join(sorted(OPTIMIZERS))
             raise ValueError(
-                f"check_equivariance: unknown optimizer {optimizer!r}; known rules: {known}; "
-                f"or give a class as 'package.module:Class'"
+                f"check_equivariance: unknown optimizer {optimizer!r}{_suggestion(optimizer)}; "
+                f"known rules: {known}; or give a class as 'package.module:Class'"
             )
         probe = [torch.zeros(2, 2, requires_grad=True) for _ in range(2)]  # a factor pair
         make_optimizer(optimizer, probe, **hyper)  # validates the hyperparameters
