@@ -98,8 +98,11 @@ def test_ctrl_c_stops_a_long_check_with_one_line_and_exit_code_130(workdir):
         ("myopts:NotImplementedStep", ("step 1", "NotImplementedError", "not implemented")),
         ("myopts:Rebinds", ("step 1", "parameter 0 became (18,); it was (6, 3)", "in place")),
         ("myopts:NeedsHessian", ("step 1", "second-order gradients",)),
+        ("myopts:DifferentiatesTheGradient", ("step 1", "does not require grad",
+                                              "second-order gradients")),
     ],
-    ids=["step-raises", "group-flags", "constructor", "not-implemented", "rebinds", "hessian"],
+    ids=["step-raises", "group-flags", "constructor", "not-implemented", "rebinds", "hessian",
+         "hessian-vector"],
 )  # fmt: skip
 def test_an_optimizer_that_fails_gets_one_line_verdict_error_and_exit_code_4(
     workdir, target, fragments

@@ -134,3 +134,12 @@ class RefusesParameters(ClosureFreeSGD):
 
     def __init__(self, params, lr=1e-2):
         raise ValueError("only 1-D parameters are supported")
+
+
+class DifferentiatesTheGradient(ClosureFreeSGD):
+    """A Hessian-vector rule (AdaHessian, SophiaH): autograd through a gradient without a graph."""
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                torch.autograd.grad(p.grad.sum(), p)

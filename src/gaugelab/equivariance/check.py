@@ -95,7 +95,7 @@ def _reason(exc: BaseException) -> str:
 
 
 _HINTS = (
-    (("create_graph", "hessian", "second order", "second-order"),
+    (("create_graph", "hessian", "second order", "second-order", "does not require grad"),
      "it needs second-order gradients (backward(create_graph=True)), which the check does "
      "not compute"),
     (("use_muon",), "it needs parameter groups flagged for it (use_muon=…); see its docs"),
