@@ -137,7 +137,8 @@ def pytest_collection_modifyitems(config, items):
     on two cores starve each other).
 
     A test that takes the ``margin`` fixture compares a measured float with a fixed threshold:
-    it is marked ``portability`` (``tests/portability.sh``)."""
+    it is marked ``portability`` (``tests/portability.sh``). The tests marked ``slow`` are
+    collected first."""
     for item in items:
         if "margin" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.portability)
@@ -150,6 +151,9 @@ def pytest_collection_modifyitems(config, items):
         )
         if shared:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    # the long tests first (a stable sort: the same order on every worker), so that no worker
+    # is left with a golden chain or a docs page while the other has run out of work
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(trylast=True)
