@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 from gaugelab.study.release.study_manifest import (
-    PROTOCOLS,
+    PROTOCOL_IDS,
     RANK_POLICIES,
     RANK_POLICY_FIELDS,
-    TRAINING_PROTOCOLS,
+    TRAINING_PROTOCOL_IDS,
     IdentityError,
     LedgerError,
     LowRankStudyManifest,
@@ -64,7 +64,7 @@ def test_seed_0x00F_teaching_manifest_has_the_six_namespaces_and_their_objects()
     assert ids("rank_policies") == list(RANK_POLICIES) == [
         "configured", "algebraic", "numerical", "stable", "energy", "entropy",
     ]  # fmt: skip
-    assert [e.protocol for e in M.protocols] == list(PROTOCOLS)
+    assert [e.protocol for e in M.protocols] == list(PROTOCOL_IDS)
 
 
 def test_seed_0x00G_coordinates_factors_and_their_distinct_identities():
@@ -108,7 +108,7 @@ def test_seed_0x00J_nine_envelopes_each_with_its_record_and_a_content_addressed_
         "output_weighted_v1", "subspace_overlap_v1", "kernel_v1", "retention_v1",
     ]  # fmt: skip
     for e in M.protocols:
-        training = e.protocol in TRAINING_PROTOCOLS
+        training = e.protocol in TRAINING_PROTOCOL_IDS
         assert (e.training is not None, e.analysis is not None) == (training, not training)
     assert M.envelope("lora_v1").trainable == ("A", "B")
     before = M.result_id("lora_v1")

@@ -19,18 +19,18 @@ from typing import Any
 from gaugelab.study.release.study_objects import plain
 
 __all__ = [
-    "ANALYSIS_PROTOCOLS",
-    "PROTOCOLS",
+    "ANALYSIS_PROTOCOL_IDS",
+    "PROTOCOL_IDS",
     "REQUIRED_FIXED",
     "REQUIRED_SETTINGS",
     "REQUIRED_TRAINABLE",
-    "TRAINING_PROTOCOLS",
+    "TRAINING_PROTOCOL_IDS",
     "AnalysisRecord",
     "ProtocolEnvelope",
     "TrainingRecord",
 ]
 
-PROTOCOLS: tuple[str, ...] = (
+PROTOCOL_IDS: tuple[str, ...] = (
     "did_v1",
     "said_v1",
     "full_update_v1",
@@ -43,7 +43,7 @@ PROTOCOLS: tuple[str, ...] = (
 )
 """The nine protocol IDs of §0x00J, in the seed's order."""
 
-TRAINING_PROTOCOLS: tuple[str, ...] = (
+TRAINING_PROTOCOL_IDS: tuple[str, ...] = (
     "did_v1",
     "said_v1",
     "full_update_v1",
@@ -52,7 +52,9 @@ TRAINING_PROTOCOLS: tuple[str, ...] = (
 )
 """Protocols that train an object: they carry a :class:`TrainingRecord`."""
 
-ANALYSIS_PROTOCOLS: tuple[str, ...] = tuple(p for p in PROTOCOLS if p not in TRAINING_PROTOCOLS)
+ANALYSIS_PROTOCOL_IDS: tuple[str, ...] = tuple(
+    p for p in PROTOCOL_IDS if p not in TRAINING_PROTOCOL_IDS
+)
 """Protocols that analyse fixed objects: they carry an :class:`AnalysisRecord`. Their trainable
 object is none, except ``kernel_v1``'s, which is protocol-dependent."""
 
@@ -159,7 +161,7 @@ class ProtocolEnvelope:
     Attributes:
         envelope_id: its identity in the manifest (the protocol ID, or the protocol ID with a
             suffix when one study runs the protocol under two envelopes).
-        protocol: one of :data:`PROTOCOLS`.
+        protocol: one of :data:`PROTOCOL_IDS`.
         trainable: the object(s) it trains (:data:`REQUIRED_TRAINABLE`); ``()`` for analysis.
         fixed: the objects it holds fixed (:data:`REQUIRED_FIXED`).
         settings: the fixed conventions that are not objects (:data:`REQUIRED_SETTINGS`).

@@ -18,12 +18,12 @@ import math
 from typing import Any
 
 from gaugelab.study.release.envelopes import (
-    ANALYSIS_PROTOCOLS,
-    PROTOCOLS,
+    ANALYSIS_PROTOCOL_IDS,
+    PROTOCOL_IDS,
     REQUIRED_FIXED,
     REQUIRED_SETTINGS,
     REQUIRED_TRAINABLE,
-    TRAINING_PROTOCOLS,
+    TRAINING_PROTOCOL_IDS,
     AnalysisRecord,
     ProtocolEnvelope,
     TrainingRecord,
@@ -282,9 +282,9 @@ def _check_envelopes(m: Any, index: dict) -> None:
         if e.envelope_id in envelopes:
             raise ProtocolEnvelopeError(f"{FN}: {where} is declared twice; allowed: one each")
         envelopes[e.envelope_id] = e
-        if e.protocol not in PROTOCOLS:
+        if e.protocol not in PROTOCOL_IDS:
             raise ProtocolEnvelopeError(f"{FN}: {where}.protocol={e.protocol!r}; allowed: "
-                                        f"{', '.join(PROTOCOLS)}")  # fmt: skip
+                                        f"{', '.join(PROTOCOL_IDS)}")  # fmt: skip
         _envelope_objects(e, index, where)
         for name in ("sweep", "result_contract"):
             require_text(ProtocolEnvelopeError, f"{where}.{name}", getattr(e, name))
@@ -309,7 +309,7 @@ def _envelope_objects(e: ProtocolEnvelope, index: dict, where: str) -> None:
             if oid not in index:
                 raise ProtocolEnvelopeError(f"{FN}: {where}.{name} holds {oid!r}; allowed: a "
                                             "declared object ID")  # fmt: skip
-    if e.protocol in TRAINING_PROTOCOLS:
+    if e.protocol in TRAINING_PROTOCOL_IDS:
         for token in REQUIRED_TRAINABLE[e.protocol]:
             if not any(_matches(index, oid, token) for oid in e.trainable):
                 raise ProtocolEnvelopeError(f"{FN}: {where}.trainable={list(e.trainable)}; "
@@ -328,7 +328,7 @@ def _envelope_objects(e: ProtocolEnvelope, index: dict, where: str) -> None:
 
 
 def _envelope_record(e: ProtocolEnvelope, index: dict, where: str, policies: set[str]) -> None:
-    if e.protocol in TRAINING_PROTOCOLS:
+    if e.protocol in TRAINING_PROTOCOL_IDS:
         if not isinstance(e.training, TrainingRecord) or e.analysis is not None:
             raise ProtocolEnvelopeError(f"{FN}: {where}: a training protocol; allowed: a "
                                         "TrainingRecord and no AnalysisRecord")  # fmt: skip
@@ -336,7 +336,7 @@ def _envelope_record(e: ProtocolEnvelope, index: dict, where: str, policies: set
             value = getattr(e.training, name)
             require_text(ProtocolEnvelopeError, f"{where}.training.{name}", value)
         return
-    assert e.protocol in ANALYSIS_PROTOCOLS
+    assert e.protocol in ANALYSIS_PROTOCOL_IDS
     a = e.analysis
     if not isinstance(a, AnalysisRecord) or e.training is not None:
         raise ProtocolEnvelopeError(f"{FN}: {where}: an analysis protocol; allowed: an "

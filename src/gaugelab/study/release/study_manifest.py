@@ -30,9 +30,9 @@ from types import MappingProxyType
 from typing import Any
 
 from gaugelab.study.release.envelopes import (
-    ANALYSIS_PROTOCOLS,
-    PROTOCOLS,
-    TRAINING_PROTOCOLS,
+    ANALYSIS_PROTOCOL_IDS,
+    PROTOCOL_IDS,
+    TRAINING_PROTOCOL_IDS,
     AnalysisRecord,
     ProtocolEnvelope,
     TrainingRecord,
@@ -63,12 +63,12 @@ from gaugelab.study.release.study_objects import (
 from gaugelab.study.release.units import sha256_hex
 
 __all__ = [
-    "ANALYSIS_PROTOCOLS",
-    "PROTOCOLS",
+    "ANALYSIS_PROTOCOL_IDS",
+    "PROTOCOL_IDS",
     "RANK_POLICIES",
     "RANK_POLICY_FIELDS",
     "STUDY_MANIFEST_SCHEMA",
-    "TRAINING_PROTOCOLS",
+    "TRAINING_PROTOCOL_IDS",
     "AnalysisRecord",
     "DatasetSplit",
     "FunctionObject",
