@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,19 +57,28 @@ def metrics_digest(rows: list[tuple[int, str, float]]) -> str:
     return digest.hexdigest()
 
 
-def check_sealed(conn: sqlite3.Connection, attempt_ids: set[int]) -> None:
+def check_sealed(
+    conn: sqlite3.Connection,
+    attempt_ids: set[int],
+    rows: Mapping[int, list[tuple[int, str, float]]] | None = None,
+) -> None:
     """Raise :class:`MetricsTampered` unless every ended attempt of ``attempt_ids`` with a
-    recorded digest still holds exactly the rows it was sealed with."""
+    recorded digest still holds exactly the rows it was sealed with.
+
+    ``rows``: attempt id → every ``(step, name, value)`` row of that attempt, when the caller
+    read them already (otherwise they are read here)."""
     for attempt_id in sorted(attempt_ids):
         run, ordinal, sealed = conn.execute(
             "SELECT run, ordinal, metrics_digest FROM attempts WHERE id = ?", (attempt_id,)
         ).fetchone()
         if sealed is None:
             continue
-        rows = conn.execute(
-            "SELECT step, name, value FROM metrics WHERE attempt = ?", (attempt_id,)
-        ).fetchall()
-        found = metrics_digest(rows)
+        held = rows.get(attempt_id) if rows is not None else None
+        if held is None:
+            held = conn.execute(
+                "SELECT step, name, value FROM metrics WHERE attempt = ?", (attempt_id,)
+            ).fetchall()
+        found = metrics_digest(held)
         if found != sealed:
             raise MetricsTampered(
                 f"run {run[:12]} attempt {ordinal}: its metric rows have digest {found[:16]}…, "
@@ -317,7 +327,12 @@ class StoreQueries:
                 params.append(name)
             rows = conn.execute(query + " ORDER BY m.name, m.step, a.ordinal", params).fetchall()
             latest = {(r[3], r[2]): r for r in rows}  # later ordinals overwrite
-            check_sealed(conn, {r[5] for r in latest.values()})  # the attempts read from
+            whole: dict[int, list[tuple[int, str, float]]] | None = None
+            if name is None:  # every row of each attempt read is here: seal them as read
+                whole = {}
+                for r in rows:
+                    whole.setdefault(r[5], []).append((r[2], r[3], r[4]))
+            check_sealed(conn, {r[5] for r in latest.values()}, whole)  # the attempts read from
         return [MetricRow(*r[:5]) for r in latest.values()]
 
     def verify_metrics(self, identity: str, ordinal: int) -> list[str]:
