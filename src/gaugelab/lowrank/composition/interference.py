@@ -34,10 +34,12 @@ class Interference:
             spans differ?).
         norm1_squared, norm2_squared: ``‖ΔW_1‖_F²``, ``‖ΔW_2‖_F²``.
         cross_term: ``2⟨ΔW_1, ΔW_2⟩_F`` (positive: amplification; negative: cancellation).
+            These three and ``cosine`` are computed once, in float64 from the factors
+            scaled to unit peak, whatever the updates' dtype.
         sum_squared: ``‖ΔW_1 + ΔW_2‖_F²``, computed from the sum itself (concatenated
             factors), so ``sum_squared = norm1² + norm2² + cross_term`` is a check.
-        cosine: ``⟨ΔW_1, ΔW_2⟩_F / (‖ΔW_1‖_F ‖ΔW_2‖_F)`` (NaN when one is zero), in float64
-            whatever the updates' dtype (:func:`frobenius_cosine`).
+        cosine: ``⟨ΔW_1, ΔW_2⟩_F / (‖ΔW_1‖_F ‖ΔW_2‖_F)`` (NaN when one is zero;
+            :func:`frobenius_cosine`).
         output_cross_term: ``(2/N) Σ_x ⟨ΔW_1 x, ΔW_2 x⟩`` on the given activations, or ``None``.
         output_cosine: ``⟨X ΔW_1ᵀ, X ΔW_2ᵀ⟩_F / (‖X ΔW_1ᵀ‖_F ‖X ΔW_2ᵀ‖_F)``, or ``None``.
         output_sum_squared: ``(1/N)‖X (ΔW_1 + ΔW_2)ᵀ‖_F²``, or ``None``.
@@ -61,19 +63,33 @@ def _cos(inner: float, a: float, b: float) -> float:
     return inner / math.sqrt(a * b) if a > 0 and b > 0 else math.nan
 
 
-def _unit(w: Update) -> Update:
-    """``w`` in float64, each factor divided by its largest magnitude and the scale by its
-    own: the same direction, every product of magnitude at most ``r`` (no overflow)."""
+def _unit(w: Update) -> tuple[Update, float]:
+    """``w`` in float64 with each factor divided by its largest magnitude and the scale by its
+    own, and the magnitude divided out (``w = magnitude · unit``): every product of the unit
+    update's factors is at most ``r`` in size, so nothing overflows."""
+    magnitude = 1.0
 
     def unit(X: torch.Tensor) -> torch.Tensor:
+        nonlocal magnitude
         X = X.double()
-        peak = X.abs().max()
+        peak = float(X.abs().max())
+        magnitude *= peak
         return X / peak if peak > 0 else X
 
     if w.dense is not None:
-        return Update(unit(w.dense), None, None, 1.0)
-    sign = math.copysign(1.0, float(w.scale)) if float(w.scale) != 0 else 0.0
-    return Update(None, unit(w.B), unit(w.A), sign)  # type: ignore[arg-type]
+        return Update(unit(w.dense), None, None, 1.0), magnitude
+    scale = float(w.scale)
+    B, A = unit(w.B), unit(w.A)  # type: ignore[arg-type]
+    return Update(None, B, A, math.copysign(1.0, scale) if scale else 0.0), magnitude * abs(scale)
+
+
+def _inner_products(u: Update, v: Update) -> tuple[float, float, float, float]:
+    """``‖ΔW_u‖²``, ``‖ΔW_v‖²``, ``⟨ΔW_u, ΔW_v⟩_F`` and their cosine, in float64 from the
+    unit-peak factors (:func:`_unit`); the cosine from the unit products, so it is exact
+    whatever the magnitudes (a norm beyond float64's range reads ``inf``, the cosine not)."""
+    (u1, mu), (v1, mv) = _unit(u), _unit(v)
+    uu, vv, uv = (float(frobenius_inner(a, b)) for a, b in ((u1, u1), (v1, v1), (u1, v1)))
+    return uu * mu * mu, vv * mv * mv, uv * mu * mv, _cos(uv, uu, vv)
 
 
 def frobenius_cosine(u: Update, v: Update) -> float:
@@ -81,9 +97,7 @@ def frobenius_cosine(u: Update, v: Update) -> float:
     float64 on factors scaled to unit peak, so factors of any magnitude a float32 holds
     (``1e38``) give the cosine, not ``0`` or NaN from an overflowed inner product; NaN when
     one update is zero."""
-    u, v = _unit(u), _unit(v)
-    return _cos(float(frobenius_inner(u, v)), float(frobenius_inner(u, u)),
-                float(frobenius_inner(v, v)))  # fmt: skip
+    return _inner_products(u, v)[3]
 
 
 def interference(
@@ -108,7 +122,8 @@ def interference(
             (:func:`gaugelab.lowrank.subspaces.compare.update_bases`).
 
     Returns:
-        :class:`Interference` (floats in the updates' dtype's precision).
+        :class:`Interference` (norms, cross term and cosine in float64; the sum and the
+        sampled outputs in the updates' dtype's precision).
 
     Raises:
         TypeError, ValueError: bad updates, different shapes, ``X`` not ``[N, n]`` or not
@@ -123,8 +138,7 @@ def interference(
         raise ValueError(f"{func}: updates of shapes {u.shape} and {v.shape}; allowed: one [m, n]")
     spans = compare_updates(delta_1, delta_2, policy=policy, rtol=rtol, rho=rho,
                             factor_spans=False)  # only the update spans are reported
-    n1, n2 = float(frobenius_inner(u, u)), float(frobenius_inner(v, v))
-    inner = float(frobenius_inner(u, v))
+    n1, n2, inner, cosine = _inner_products(u, v)
     if u.dense is None and v.dense is None:  # the sum as concatenated factors, B A unformed
         B_cat = torch.cat([u.B, v.B], dim=1)  # type: ignore[list-item]
         A_cat = torch.cat([u.scale * u.A, v.scale * v.A])  # type: ignore[operator]
@@ -146,7 +160,7 @@ def interference(
         out_sum = float((Y1 + Y2).square().sum()) / n_samples
     return Interference(
         row=spans.row, column=spans.column, norm1_squared=n1, norm2_squared=n2,
-        cross_term=2 * inner, sum_squared=total, cosine=frobenius_cosine(u, v),
+        cross_term=2 * inner, sum_squared=total, cosine=cosine,
         output_cross_term=out_cross, output_cosine=out_cos, output_sum_squared=out_sum,
         n_samples=n_samples,
     )  # fmt: skip
