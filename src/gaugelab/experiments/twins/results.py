@@ -21,7 +21,7 @@ from gaugelab.experiments.twins.spec import TwinSpec
 from gaugelab.study.stats.paired import PairedComparison, paired_differences
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.store.queries import MetricsTampered
-from gaugelab.study.store.results import PENDING, ArtifactError, verified_json
+from gaugelab.study.store.results import ArtifactError, failed, verified_json
 
 TABLE_STEPS = (1, 10, 100)
 
@@ -98,7 +98,7 @@ class TwinsResult:
     def failures(self) -> list[TwinRow]:
         """Runs that ended without completing (as rows: identity, termination, message);
         running ones are not failures."""
-        return [r for r in self.rows if r.termination not in ("completed", *PENDING)]
+        return [r for r in self.rows if failed(r.termination)]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-able dict of the result."""

@@ -28,6 +28,7 @@ __all__ = [
     "ResultReader",
     "RunState",
     "VerifiedArtifact",
+    "failed",
     "verified_bytes",
     "verified_json",
 ]
@@ -110,6 +111,12 @@ class VerifiedArtifact:
             ) from None
 
 
+def failed(termination: str) -> bool:
+    """Whether a run read back in state ``termination`` ended without completing: neither
+    ``completed`` nor :data:`PENDING`."""
+    return termination != "completed" and termination not in PENDING
+
+
 @dataclass
 class RunState:
     """One run of a study as read back from the store.
@@ -136,8 +143,8 @@ class RunState:
     @property
     def failed(self) -> bool:
         """The run ended without completing (or its files failed verification): neither
-        completed nor :data:`PENDING`."""
-        return not self.completed and self.termination not in PENDING
+        completed nor :data:`PENDING` (:func:`failed`)."""
+        return failed(self.termination)
 
     def unverified(self, error: ArtifactError) -> RunState:
         """This run as :data:`UNVERIFIED`, with ``error`` and what to do as the message."""
