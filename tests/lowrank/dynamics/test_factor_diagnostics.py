@@ -206,6 +206,19 @@ def test_adam_state_moves_with_a_signed_permutation_and_the_trajectory_follows()
     torch.testing.assert_close(twin, base, rtol=0, atol=1e-12)
 
 
+def test_rebalance_reports_the_product_change_it_made_in_float64_too():
+    gen = torch.Generator().manual_seed(0)
+    B = torch.randn(5, 2, generator=gen, dtype=F64, requires_grad=True)
+    A = torch.randn(2, 4, generator=gen, dtype=F64, requires_grad=True)
+    before = (B @ A).detach().clone()
+    G = torch.tensor([[1.0, 1.0], [1.0, 1.0 + 1e-12]], dtype=F64)  # ill-conditioned: round-off
+    record = rebalance_factors(B, A, G)
+    measured = float(torch.linalg.matrix_norm((B @ A).detach() - before)
+                     / torch.linalg.matrix_norm(before))  # fmt: skip
+    assert measured > 1e-9  # the solve with G loses digits: a change to report
+    assert record.product_change == pytest.approx(measured, rel=1e-6)
+
+
 def test_rebalance_preserves_the_product_and_refuses_a_gauge_outside_the_dtype_range():
     B, A, _ = factors(4)
     product = (B @ A).detach()

@@ -170,7 +170,8 @@ def rebalance_factors(
     G64 = G.detach().double()
     if bool((torch.linalg.matrix_rank(G64) < r).any()):
         raise ValueError(f"{where}: G is singular; allowed: an invertible [r, r] element")
-    B64, A64 = B.detach().double(), A.detach().double()
+    B64, A64 = B.detach().double(), A.detach().double()  # for float64, views of B and A
+    before = B64 @ A64  # taken before B and A are written below
     new_B, new_A = B64 @ G64, torch.linalg.solve(G64, A64)
     cast_B, cast_A = new_B.to(B.dtype), new_A.to(A.dtype)
     if not (bool(torch.isfinite(cast_B).all()) and bool(torch.isfinite(cast_A).all())):
@@ -208,7 +209,6 @@ def rebalance_factors(
     if held and optimizer is not None:
         for p in (A, B):
             optimizer.state[p] = moved[p] if moved is not None else {}
-    before = B64 @ A64
     norm = float(torch.linalg.matrix_norm(before).max()) if before.numel() else 0.0
     change = float(torch.linalg.matrix_norm(cast_B.double() @ cast_A.double() - before).max())
     return Rebalance(applied, reason, change / norm if norm > 0 else 0.0)
