@@ -20,6 +20,7 @@ the declared design, candidate selection, gates and the sealed test.
 * ``failures`` — Typed failure records, the six alarm families and the mechanism loops (seed 003
   §0x0CB–0x0CC).
 * ``manifest`` — The immutable experimental-design manifest (seed 003 §0x0CJ).
+* ``manifest_ledger`` — The structural ledger of a low-rank study manifest (seed 003 §0x00K).
 * ``records`` — The frozen inputs of candidate selection: the refusal type, metric declarations and
   their orientation (target gain, forgetting), and the immutable run manifest of one candidate.
 * ``sealed`` — A sealed held-out test set: opened once, after the release is frozen, every access
@@ -32,7 +33,6 @@ the declared design, candidate selection, gates and the sealed test.
 * ``study_errors`` — The named errors of the low-rank study manifest's validator (seed 003
   §0x00K).
 * ``study_identity`` — Identity checks of the low-rank study manifest (seed 003 §0x00F–0x00H).
-* ``study_ledger`` — The structural ledger of a low-rank study manifest (seed 003 §0x00K).
 * ``study_manifest`` — The immutable low-rank study manifest: objects before results (seed 003
   §0x00F–0x00K).
 * ``study_objects`` — The objects of a low-rank study manifest's five object namespaces (seed 003

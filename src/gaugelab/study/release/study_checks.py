@@ -5,7 +5,7 @@ envelopes and the cross-object ledgers; it does not optimize, train, compute an 
 anything. Each family of checks raises its own error (:mod:`~gaugelab.study.release.study_errors`),
 all :class:`StudyManifestError` (a ``ValueError``). The identity checks are in
 :mod:`~gaugelab.study.release.study_identity`, the ledger in
-:mod:`~gaugelab.study.release.study_ledger`.
+:mod:`~gaugelab.study.release.manifest_ledger`.
 :class:`~gaugelab.study.release.study_manifest.LowRankStudyManifest` runs the validator on
 construction. Re-exported by :mod:`gaugelab.study.release.study_manifest`.
 
@@ -28,6 +28,7 @@ from gaugelab.study.release.envelopes import (
     ProtocolEnvelope,
     TrainingRecord,
 )
+from gaugelab.study.release.manifest_ledger import check_ledger
 from gaugelab.study.release.study_errors import (
     FN,
     ProtocolEnvelopeError,
@@ -38,7 +39,6 @@ from gaugelab.study.release.study_errors import (
     require_text,
 )
 from gaugelab.study.release.study_identity import check_identities
-from gaugelab.study.release.study_ledger import check_ledger
 from gaugelab.study.release.study_objects import (
     MATRIX_AXES,
     RANK_POLICIES,

@@ -17,7 +17,7 @@ This module re-exports the objects (:mod:`~gaugelab.study.release.study_objects`
 (:mod:`~gaugelab.study.release.envelopes`), the validator
 (:mod:`~gaugelab.study.release.study_checks`), its named errors
 (:mod:`~gaugelab.study.release.study_errors`) and the ledger
-(:mod:`~gaugelab.study.release.study_ledger`).
+(:mod:`~gaugelab.study.release.manifest_ledger`).
 
 Source: seed 003 §0x00F–0x00K.
 """
@@ -37,6 +37,7 @@ from gaugelab.study.release.envelopes import (
     ProtocolEnvelope,
     TrainingRecord,
 )
+from gaugelab.study.release.manifest_ledger import study_ledger
 from gaugelab.study.release.study_checks import validate_study_manifest
 from gaugelab.study.release.study_errors import (
     IdentityError,
@@ -47,7 +48,6 @@ from gaugelab.study.release.study_errors import (
     SplitSeparationError,
     StudyManifestError,
 )
-from gaugelab.study.release.study_ledger import study_ledger
 from gaugelab.study.release.study_objects import (
     RANK_POLICIES,
     RANK_POLICY_FIELDS,
