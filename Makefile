@@ -18,8 +18,12 @@ $(VENV)/.torch: $(BIN)/python
 install: $(VENV)/.torch
 	$(BIN)/pip install --quiet -e .
 
-install-test: $(VENV)/.torch browser compiler
+# pip runs again only when pyproject.toml changes (the install is editable: src needs none).
+$(VENV)/.installed-test: $(VENV)/.torch pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,ray,convex]'
+	touch $@
+
+install-test: $(VENV)/.installed-test browser compiler
 
 # The report tests drive Debian's Chromium (no browser download); install it once.
 browser:

@@ -14,8 +14,8 @@ from gaugelab.study.sweep import Sweep, run_sweep
 def stored(tmp_path):
     """A store with one completed FilesSpec run and one that failed; (path, ok, failed)."""
     store = tmp_path / "store.sqlite"
-    run_sweep(Sweep(FilesSpec(value=7), name="files"), store=store)
-    run_sweep(Sweep(FilesSpec(value=8, fail=True), name="failing"), store=store)
+    run_sweep(Sweep(FilesSpec(value=7), name="files"), store=store, max_workers=1)
+    run_sweep(Sweep(FilesSpec(value=8, fail=True), name="failing"), store=store, max_workers=1)
     return store, FilesSpec(value=7).identity(), FilesSpec(value=8, fail=True).identity()
 
 
