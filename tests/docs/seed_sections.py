@@ -18,6 +18,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 SECTION = re.compile(r"§(0x[0-9A-F]{2}[A-Z]{0,2})")
 TEST_NAME = re.compile(r"seed_(0x[0-9a-fA-F]{2}[A-Za-z]{0,2})_")
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+"""A line with its ending, as the parser counts lines (\\r\\n, \\r or \\n)."""
+CALLED = re.compile(r"\b(\w+)\(")
+"""A word followed by ``(``: a call of that name."""
 SHOWN = 4
 
 HEADER = """# Seed 003, section by section
@@ -67,7 +71,8 @@ def implementations() -> tuple[dict[str, set[str]], set[str]]:
 
 
 def _tests():
-    """(test id, test name, its source, the gaugelab names its file imports)."""
+    """(test id, test name, its source, the gaugelab names its file imports, the words its
+    source calls)."""
     for path in sorted((REPO / "tests").rglob("test_*.py")):
         tree = ast.parse(text := path.read_text(encoding="utf-8"))
         imported = {
@@ -82,19 +87,31 @@ def _tests():
             for alias in node.names
             if alias.name.startswith("gaugelab")
         }
+        lines = LINE.findall(text)  # once per file: ast.get_source_segment splits it per call
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
                 rel = path.relative_to(REPO).as_posix()
-                source = ast.get_source_segment(text, node) or ""
-                yield f"{rel}::{node.name}", node.name, source, imported
+                source = _segment(lines, node)
+                called = set(CALLED.findall(source))
+                yield f"{rel}::{node.name}", node.name, source, imported, called
 
 
-def _calls(name: str, source: str, imported: set[str]) -> bool:
+def _segment(lines: list[str], node: ast.AST) -> str:
+    """``node``'s source text, as :func:`ast.get_source_segment` gives it (offsets in UTF-8
+    bytes), from the file's lines split once."""
+    first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined]
+    head = lines[first].encode()
+    if first == last:
+        return head[node.col_offset : node.end_col_offset].decode()  # type: ignore[attr-defined]
+    tail = lines[last].encode()[: node.end_col_offset].decode()  # type: ignore[attr-defined]
+    return head[node.col_offset :].decode() + "".join(lines[first + 1 : last]) + tail
+
+
+def _calls(name: str, called: set[str], imported: set[str]) -> bool:
     """Whether a test calls the function or class ``name`` (``gaugelab.a.b.f``): ``f(`` in
-    its source, and its file imports from ``name``'s subpackage (``gaugelab.a.b``), a package
-    above it, or a module inside it."""
-    leaf = name.rsplit(".", 1)[1]
-    if not re.search(rf"\b{re.escape(leaf)}\(", source):
+    its source (``called``: the words its source follows with ``(``), and its file imports
+    from ``name``'s subpackage (``gaugelab.a.b``), a package above it, or a module inside it."""
+    if name.rsplit(".", 1)[1] not in called:
         return False
     package = ".".join(name.split(".")[:3])
     return any(i.startswith(package) or package.startswith(i.rsplit(".", 1)[0] + ".")
@@ -106,7 +123,7 @@ def table() -> str:
     impl, callables = implementations()
     cited: dict[str, set[str]] = defaultdict(set)
     tests = list(_tests())
-    for test_id, name, source, _ in tests:
+    for test_id, name, source, _, _ in tests:
         for section in TEST_NAME.findall(name):
             cited["0x" + section[2:].upper()].add(test_id)
         for section in SECTION.findall(source):
@@ -117,8 +134,8 @@ def table() -> str:
         tested = sorted(cited.get(section, ()))
         mark = ""
         if not tested:
-            tested = sorted(t for t, _, source, imported in tests
-                            if any(_calls(n, source, imported)
+            tested = sorted(t for t, _, _, imported, called in tests
+                            if any(_calls(n, called, imported)
                                    for n in names if n in callables))[:3]  # fmt: skip
             mark = " *(calls)*" if tested else ""
         rows.append(f"| §{section} | {_cell(names)} | {_cell(tested) or '—'}{mark} |")
