@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from gaugelab.study.spec import environment_digest as _environment_digest
+from gaugelab.study.environment import environment_digest as _environment_digest
 from gaugelab.study.store.owner import Owner, gone, hold, now_iso, release, this_process
 from gaugelab.study.store.queries import _ATTEMPT_SELECT, AttemptRow, _exists, metrics_digest
 from gaugelab.study.store.storefile import TERMINATION_CLASSES
