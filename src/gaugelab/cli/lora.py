@@ -8,6 +8,7 @@ study or a run identity, and renders its tables.
 """
 
 import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -186,6 +187,15 @@ def inspect(
         bool,
         typer.Option(help="Compute the evidence ladder (needs the base model and its data)."),
     ] = True,
+    base: Annotated[
+        Path | None,
+        typer.Option(
+            help="The base model of an adapter folder: a .safetensors file or a Hugging Face "
+            "checkpoint folder (never a pickle). Every module is checked against it; a DoRA "
+            "adapter needs it.",
+            show_default=False,
+        ),
+    ] = None,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
     store: Store = DEFAULT_STORE_PATH,
     out: Out = None,
@@ -213,7 +223,7 @@ def inspect(
         with pinned_threads(threads), working(console, f"inspecting {source}"):
             result, path = _lora.run_lora_inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
-                report_dir=out, write_report=report,
+                report_dir=out, write_report=report, base=base,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:

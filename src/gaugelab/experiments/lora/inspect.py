@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.names import module_order, parse_module_name
 from gaugelab.experiments.lora.data import base_model, eval_batches, finetune_corpus
 from gaugelab.experiments.lora.ladder import (
@@ -127,6 +128,7 @@ def inspect_lora(
     seed: int | None = None,
     study: str | None = None,
     evidence: bool = True,
+    base: str | os.PathLike[str] | None = None,
 ) -> InspectResult:
     """Inspect an adapter: per module, rank policies, spectrum, truncation and evidence ladder.
 
@@ -142,6 +144,10 @@ def inspect_lora(
         study: where a candidate label is looked up (default: the newest fine-tuning study
             of the store that has it).
         evidence: compute the evidence ladder when base model and data are known.
+        base: the base model's checkpoint for an adapter folder (a ``.safetensors`` file or a
+            Hugging Face folder, :class:`~gaugelab.adapters.checkpoint.BaseCheckpoint`):
+            every module is checked against it, and a DoRA adapter is analysed through its
+            effective update (:func:`~gaugelab.adapters.dora.dora_delta`), which needs it.
 
     Returns:
         The :class:`InspectResult`. Every decomposition runs in float64 with the tolerances of
@@ -152,7 +158,9 @@ def inspect_lora(
             store (an ambiguous prefix); a run that
             is not a fine-tuning run, not completed, or has no such ``seed``; bad ``ranks``;
             an unreadable adapter (as :meth:`gaugelab.adapters.Adapter.load`); an adapter
-            module whose shape differs from its base model's (one line naming both).
+            module whose shape differs from its base model's, or that the ``base``
+            checkpoint lacks (one line naming both); a DoRA adapter without ``base``; a
+            ``base`` that is not a safetensors checkpoint, or given for a stored run.
         ArtifactError: a file the run recorded changed since it was written.
 
     Source: seed 003 §0x04I, §0x04K, §0x04M, §0x0BE.
@@ -160,8 +168,9 @@ def inspect_lora(
     ranks = tuple(ranks)
     if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
         raise ValueError(f"inspect_lora: ranks={list(ranks)}; allowed: integers >= 0")
+    checkpoint = None if base is None else BaseCheckpoint.open(base)
     with open_store(store) as db:
-        found = find(str(source), db, seed, study, "inspect_lora")
+        found = find(str(source), db, seed, study, "inspect_lora", base=checkpoint)
         return _inspect(found.source, ranks, evidence)
 
 
