@@ -162,7 +162,7 @@ class AdapterConfig:
                 f"{source}: use_dora={values['use_dora']!r}: DoRA's update m·(W₀ + s·B A)/"
                 "‖W₀ + s·B A‖ − W₀ needs the base weights, which an adapter folder does not "
                 "hold; allowed: a plain LoRA adapter, or a DoRA adapter with its base "
-                "checkpoint given (lora inspect --base)"
+                "checkpoint given (lora inspect or compare --base)"
             )
         for name in UNSUPPORTED:
             if name == "use_dora" and dora:

@@ -8,7 +8,6 @@ study or a run identity, and renders its tables.
 """
 
 import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -27,6 +26,7 @@ from gaugelab.cli._defaults import DEFAULT_STORE_PATH, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._options import (
     Address,
+    BaseCheckpoint,
     Executor,
     Out,
     Store,
@@ -187,15 +187,7 @@ def inspect(
         bool,
         typer.Option(help="Compute the evidence ladder (needs the base model and its data)."),
     ] = True,
-    base: Annotated[
-        Path | None,
-        typer.Option(
-            help="The base model of an adapter folder: a .safetensors file or a Hugging Face "
-            "checkpoint folder (never a pickle). Every module is checked against it; a DoRA "
-            "adapter needs it.",
-            show_default=False,
-        ),
-    ] = None,
+    base: BaseCheckpoint = None,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
     store: Store = DEFAULT_STORE_PATH,
     out: Out = None,
