@@ -39,17 +39,20 @@ def base_model(folder: Path, *, dtype: torch.dtype = torch.float64):
     return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
 
 
-def peft_adapter(base: Path, out: Path, *, seed: int, dtype=torch.float64, **lora) -> object:
+def peft_adapter(base: Path, out: Path, *, seed: int, dtype=torch.float64, redraw: bool = True,
+                 **lora) -> object:  # fmt: skip
     """A PEFT adapter of the model in ``base`` with random non-zero factors (both A and B),
     saved with ``save_pretrained`` into ``out``; returns the PEFT model. A DoRA magnitude
-    (``use_dora=True``) is moved off its start by a random factor 1 ± 0.1."""
+    (``use_dora=True``) is moved off its start by a random factor 1 ± 0.1. ``redraw=False``
+    keeps PEFT's own start (``init_lora_weights=False``: A and B random; DoRA's ``m`` the norm
+    ``‖W₀ + s·B A‖_c``)."""
     model = base_model(base, dtype=dtype)
     with warnings.catch_warnings(), torch.random.fork_rng(devices=[]):
         warnings.simplefilter("ignore")
         torch.manual_seed(seed)
         peft_model = peft.get_peft_model(model, peft.LoraConfig(init_lora_weights=False, **lora))
         with torch.no_grad():
-            for name, p in peft_model.named_parameters():
+            for name, p in peft_model.named_parameters() if redraw else ():
                 if "magnitude" in name:  # m moved off its start ‖W₀ + s·B A‖, as by training
                     p.mul_(1 + 0.1 * torch.randn(p.shape, dtype=p.dtype))
                 elif "lora_" in name:

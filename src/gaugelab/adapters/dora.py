@@ -15,12 +15,21 @@ weight minus the base to round-off. Source: liu2024dora (Eq. 5); PEFT 0.21 ``tun
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from gaugelab.adapters.adapter import Adapter
 from gaugelab.adapters.checkpoint import BaseCheckpoint
 
-__all__ = ["dora_delta", "dora_updates"]
+__all__ = ["DoraUpdate", "dora_delta", "dora_rtol", "dora_updates"]
+
+
+class DoraUpdate(NamedTuple):
+    """One module's effective DoRA update and the relative rank tolerance of its round-off."""
+
+    delta: torch.Tensor
+    rtol: float
 
 
 def dora_delta(
@@ -72,9 +81,37 @@ def dora_delta(
     return (magnitude.to(f64) / norm)[:, None] * adapted - W0
 
 
-def dora_updates(adapter: Adapter, base: BaseCheckpoint) -> dict[str, torch.Tensor]:
+def dora_rtol(base: torch.Tensor, delta: torch.Tensor) -> float:
+    """The numerical-rank tolerance of a computed DoRA update, relative to its ``σ₁``.
+
+    ``ΔW`` is a difference of two matrices of ``W₀``'s size, so its float64 round-off is of
+    ``W₀``'s size, not ``ΔW``'s: each entry's error is at most a few ``eps·(|W₀ᵢⱼ| + |ΔWᵢⱼ|)``
+    (Higham, *Accuracy and Stability*, §2–3), so ``‖E‖₂ ≤ ‖E‖_F ≲ eps·(‖W₀‖_F + ‖ΔW‖_F)``.
+    The tolerance is ``max(m, n)·eps(float64)·(‖W₀‖_F + ‖ΔW‖_F)``, divided by the lower bound
+    ``‖ΔW‖_F/√min(m, n) ≤ σ₁`` (never below the true ratio). An untrained DoRA module
+    (``m = ‖W₀ + s·B A‖_c``) then has numerical rank ``r``, where ``max(m, n)·eps`` alone
+    counts ``W₀``'s round-off as rank.
+
+    Args:
+        base: ``W₀`` (either layout); delta: ``ΔW`` float64 ``[d_out, d_in]``.
+
+    Returns:
+        ``rtol ≥ 0`` (``inf`` for ``ΔW = 0``: no singular value is above round-off).
+    """
+    m, n = delta.shape
+    size = torch.linalg.matrix_norm(delta).item()
+    if size == 0.0:
+        return float("inf")
+    noise = max(m, n) * torch.finfo(torch.float64).eps * (
+        torch.linalg.matrix_norm(base.to(torch.float64)).item() + size
+    )
+    return noise * min(m, n) ** 0.5 / size
+
+
+def dora_updates(adapter: Adapter, base: BaseCheckpoint) -> dict[str, DoraUpdate]:
     """Every module's effective DoRA update (:func:`dora_delta`), float64 ``[d_out, d_in]``,
-    each base weight read on its own (memory-mapped) and dropped after use.
+    and its rank tolerance (:func:`dora_rtol`); each base weight is read on its own
+    (memory-mapped) and dropped after use.
 
     Raises:
         ValueError: ``adapter`` has no DoRA magnitudes; a module the checkpoint lacks or of
@@ -86,6 +123,7 @@ def dora_updates(adapter: Adapter, base: BaseCheckpoint) -> dict[str, torch.Tens
     flip = adapter.config.fan_in_fan_out
     out = {}
     for path, m in adapter.modules.items():
-        out[path] = dora_delta(base.weight(path), m.B, m.A, m.scale, adapter.magnitudes[path],
-                               fan_in_fan_out=flip)  # fmt: skip
+        W0 = base.weight(path)
+        delta = dora_delta(W0, m.B, m.A, m.scale, adapter.magnitudes[path], fan_in_fan_out=flip)
+        out[path] = DoraUpdate(delta, dora_rtol(W0, delta))
     return out

@@ -44,7 +44,7 @@ def test_a_dora_adapter_is_compared_through_its_effective_update(made, tmp_path)
     assert result.method_a == "dora" and len(result.modules) == 2
     dense = dora_updates(Adapter.load(tmp / "dora", dora=True), BaseCheckpoint.open(base))
     for m in result.modules:  # the dense policy: the 90%-energy rank of the effective update
-        sigma2 = torch.linalg.svdvals(dense[m.module]) ** 2
+        sigma2 = torch.linalg.svdvals(dense[m.module].delta) ** 2
         k = int((torch.cumsum(sigma2, 0) < 0.9 * sigma2.sum()).sum()) + 1
         assert m.rank_a == m.rank_b == k
         assert max(m.row["angles"]) <= 1e-6  # the same update: every angle 0

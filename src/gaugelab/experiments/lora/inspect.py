@@ -105,8 +105,10 @@ class InspectResult:
 
 
 def _module_report(module: str, update: object, configured: int | None, scale: float | None,
-                   shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype):  # fmt: skip
-    policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype)
+                   shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype,
+                   rtol: float | None = None):  # fmt: skip
+    policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype,
+                             rtol=rtol)  # fmt: skip
     sweep = reconstruct_by_rank(update, ranks, matrix_id=module, computed_in=dtype)
     rows = [{"rank": r.rank, "retained_energy": r.retained_energy,
              "retained_mass": r.retained_mass, "frobenius_squared": r.frobenius_squared,
@@ -183,7 +185,7 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
                                       ranks, found.dtype))  # fmt: skip
     for m, delta in found.dense.items():
         modules.append(_module_report(m, delta.to(f64), None, None, tuple(delta.shape), ranks,
-                                      found.dtype))  # fmt: skip
+                                      found.dtype, found.rtol.get(m)))  # fmt: skip
     modules.sort(key=lambda m: module_order(m.module))
     result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
                            dict(found.logged), not_computed=list(found.missing),

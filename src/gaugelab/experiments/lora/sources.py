@@ -54,6 +54,7 @@ class Source:
     missing: list[str] = field(default_factory=list)
     adapter: Adapter | None = None  # the adapter read (LoRA), with its configuration
     target_corpus: TwoDomainSpec | None = None  # a run's fine-tuning target, when not pretrain's
+    rtol: dict[str, float] = field(default_factory=dict)  # a dense update's own rank tolerance
 
 
 def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -> Source:
@@ -89,14 +90,17 @@ def _pretrain_of(store: RunStore | None, identity: str) -> PretrainSpec | None:
 
 def _dora(adapter: Adapter, source: str, base: BaseCheckpoint) -> Source:
     """A DoRA adapter's source: its effective updates, dense (no factors to analyse)."""
-    dense = dora_updates(adapter, base)
+    updates = dora_updates(adapter, base)
+    dense = {p: u.delta for p, u in updates.items()}
     rank = ", ".join(sorted({str(m.r) for m in adapter.modules.values()}))
-    found = Source(source, "dora", "dora", None, {}, dense, {}, torch.float64, adapter=None)
+    found = Source(source, "dora", "dora", None, {}, dense, {}, torch.float64, adapter=None,
+                   rtol={p: u.rtol for p, u in updates.items()})  # fmt: skip
     found.missing.append(
         f"the rank-r pair alone (DoRA, use_dora, r {rank}): analysed instead is the effective "
         "update m ⊙ (W₀ + s·B A)/"
         f"‖W₀ + s·B A‖_c − W₀ with W₀ from {base.path}, computed in float64; it is dense "
-        "(rank up to min(d_out, d_in))"
+        "(rank up to min(d_out, d_in)); its numerical rank's tolerance is the round-off of "
+        "W₀'s size (gaugelab.adapters.dora.dora_rtol)"
     )
     if adapter.others:
         listed = ", ".join(f"{k.removeprefix(PEFT_PREFIX)} {v}" for k, v in adapter.others.items())
