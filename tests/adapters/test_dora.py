@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
-from tests.support.hf_models import peft_adapter, tiny_gpt2, tiny_llama
+from tests.support.hf_models import base_model, peft_adapter, tiny_gpt2, tiny_llama
 
 from gaugelab.adapters import Adapter
 from gaugelab.adapters.checkpoint import BaseCheckpoint
@@ -75,6 +75,12 @@ def test_base_checkpoint_keys_shapes_and_refusals(made, tmp_path):
     assert checkpoint.key("h.1.mlp.c_fc") == "transformer.h.1.mlp.c_fc.weight"  # outer prefix
     assert checkpoint.key("model.transformer.h.0.mlp.c_fc") == "transformer.h.0.mlp.c_fc.weight"
     assert checkpoint.shape("transformer.h.9.attn.c_attn") is None
+    sharded = tmp_path / "sharded"
+    base_model(base).save_pretrained(sharded, max_shard_size="40KB")
+    assert (sharded / "model.safetensors.index.json").is_file()
+    shards = BaseCheckpoint.open(sharded)
+    for module in ("transformer.h.0.attn.c_attn", "transformer.h.1.mlp.c_proj"):
+        assert torch.equal(shards.weight(module), checkpoint.weight(module))
     (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
     with pytest.raises(ValueError, match="pickle checkpoint, which gaugelab never loads"):
         BaseCheckpoint.open(tmp_path)

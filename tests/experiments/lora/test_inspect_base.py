@@ -67,3 +67,5 @@ def test_a_module_the_base_lacks_or_of_another_shape_is_refused(made, tmp_path):
     assert lacks.exit_code == 2 and "has no weight in the base checkpoint" in lacks.output
     fine = CliRunner().invoke(app, [*args, str(tmp / "llama"), "--json"])
     assert fine.exit_code == 0, fine.output
+    with pytest.raises(ValueError, match="a base checkpoint is for adapter folders"):
+        inspect_lora("lora r=4", base=tmp / "llama", store=tmp_path / "s.sqlite")
