@@ -17,6 +17,7 @@ from gaugelab.adapters import Adapter
 from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.dora import dora_delta, dora_rtol, dora_updates
 from gaugelab.experiments.lora.inspect import inspect_lora
+from gaugelab.lowrank.composition.adapters import compose_adapters
 
 TOL = 1e-12
 
@@ -66,6 +67,8 @@ def test_a_dora_adapter_without_base_is_refused_saying_what_is_needed(made):
     dora = Adapter.load(folder, dora=True)
     with pytest.raises(ValueError, match=r"Adapter\.save: a DoRA adapter"):
         dora.save(folder.parent / "copy")
+    with pytest.raises(ValueError, match=r"adapters\[0\] is a DoRA adapter"):
+        compose_adapters([dora])
 
 
 def test_base_checkpoint_keys_shapes_and_refusals(made, tmp_path):

@@ -158,9 +158,9 @@ def compose_adapters(
 
     Raises:
         ValueError: no adapters, weights of another length, an unknown method, ``svd``
-            without a rank ≥ 1 (or ``cat`` with one), adapters that mix ``fan_in_fan_out``,
-            different base models (unless allowed), a module of different shapes or dtypes
-            across sources.
+            without a rank ≥ 1 (or ``cat`` with one), a DoRA adapter, adapters that mix
+            ``fan_in_fan_out``, different base models (unless allowed), a module of different
+            shapes or dtypes across sources.
 
     Source:
         seed 003 §0x05A–§0x05D, §0x05G; PEFT's adapter format.
@@ -178,6 +178,11 @@ def compose_adapters(
         raise ValueError(f"{func}: method='svd' needs rank >= 1, got rank={rank!r}")
     if method == "cat" and rank is not None:
         raise ValueError(f"{func}: rank={rank} is for method='svd'; 'cat' keeps Σ r_j")
+    if dora := [j for j, a in enumerate(adapters) if a.magnitudes]:
+        raise ValueError(
+            f"{func}: adapters[{dora[0]}] is a DoRA adapter (use_dora); its update m ⊙ (W₀ + "
+            "s·B A)/‖W₀ + s·B A‖_c − W₀ is no sum of s·B A pairs; allowed: LoRA adapters"
+        )
     layouts = {a.config.fan_in_fan_out for a in adapters}
     if len(layouts) > 1:
         flags = ", ".join(f"adapters[{j}]: {a.config.fan_in_fan_out}"
