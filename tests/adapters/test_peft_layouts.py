@@ -97,5 +97,5 @@ def test_compose_json_and_a_base_mismatch_allowed_and_recorded(made, tmp_path):
     data = json.loads(allowed.output)
     assert data["method"] == "cat" and len(data["ledger"]) == 3
     written = json.loads((tmp_path / "o2" / "gaugelab_composition.json").read_text())
-    assert written["bases"][1] == "/local/copy/of/bert"
+    assert written["bases"][1] == "/local/copy/of/bert" and written["allow_different_bases"]
     assert Adapter.load(tmp_path / "o2").config.base_model_name_or_path is None

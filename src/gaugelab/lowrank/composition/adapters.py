@@ -89,6 +89,8 @@ class ComposedAdapter:
         method, rank, weights: how it was composed.
         bases: each source's ``base_model_name_or_path``, in order (they differ only when
             composed with ``allow_different_bases``; the written config then names none).
+        allow_different_bases: whether differing bases were allowed (recorded in
+            :data:`COMPOSITION_FILE`).
     """
 
     adapter: Adapter
@@ -97,11 +99,13 @@ class ComposedAdapter:
     rank: int | None
     weights: tuple[float, ...]
     bases: tuple[str | None, ...] = ()
+    allow_different_bases: bool = False
 
     def to_dict(self) -> dict:
         """The ledger as JSON-ready values."""
         return {"method": self.method, "rank": self.rank, "weights": list(self.weights),
-                "bases": list(self.bases), "modules": [asdict(m) for m in self.ledger]}  # fmt: skip
+                "bases": list(self.bases), "allow_different_bases": self.allow_different_bases,
+                "modules": [asdict(m) for m in self.ledger]}  # fmt: skip
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the PEFT files and :data:`COMPOSITION_FILE` into ``directory``.
@@ -254,4 +258,4 @@ def compose_adapters(
     embeddings = frozenset(m for a in adapters for m in a.embeddings)
     named = tuple(a.config.base_model_name_or_path for a in adapters)
     return ComposedAdapter(Adapter(out, config, embeddings=embeddings), ledger, method, rank,
-                           weights, named)  # fmt: skip
+                           weights, named, allow_different_bases)  # fmt: skip
