@@ -97,8 +97,8 @@ def _dora(adapter: Adapter, source: str, base: BaseCheckpoint) -> Source:
                    rtol={p: u.rtol for p, u in updates.items()})  # fmt: skip
     found.missing.append(
         f"the rank-r pair alone (DoRA, use_dora, r {rank}): analysed instead is the effective "
-        "update m ⊙ (W₀ + s·B A)/"
-        f"‖W₀ + s·B A‖_c − W₀ with W₀ from {base.path}, computed in float64; it is dense "
+        f"update m ⊙ (W₀ + s·B A)/‖W₀ + s·B A‖_c − W₀ with W₀ from {base.path}, computed in "
+        "float64; it is dense "
         "(rank up to min(d_out, d_in)); its numerical rank's tolerance is the round-off of "
         "W₀'s size (gaugelab.adapters.dora.dora_rtol)"
     )
