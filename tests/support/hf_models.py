@@ -24,13 +24,14 @@ def tiny_gpt2(folder: Path, *, dtype: torch.dtype = torch.float64, seed: int = 0
     return folder
 
 
-def tiny_llama(folder: Path, *, intermediate_size: int = 24, seed: int = 0) -> Path:
-    """A 1-layer Llama (``nn.Linear`` projections, hidden 16) saved as float64 safetensors."""
+def tiny_llama(folder: Path, *, intermediate_size: int = 24, seed: int = 0,
+               dtype: torch.dtype = torch.float64) -> Path:  # fmt: skip
+    """A 1-layer Llama (``nn.Linear`` projections, hidden 16) saved as safetensors."""
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
                                       intermediate_size=intermediate_size, num_key_value_heads=2,
                                       vocab_size=30)  # fmt: skip
-    transformers.LlamaForCausalLM(config).to(torch.float64).save_pretrained(folder)
+    transformers.LlamaForCausalLM(config).to(dtype).save_pretrained(folder)
     return folder
 
 

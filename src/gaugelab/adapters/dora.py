@@ -81,19 +81,26 @@ def dora_delta(
     return (magnitude.to(f64) / norm)[:, None] * adapted - W0
 
 
-def dora_rtol(base: torch.Tensor, delta: torch.Tensor) -> float:
+def dora_rtol(
+    base: torch.Tensor, delta: torch.Tensor, magnitude_dtype: torch.dtype = torch.float64
+) -> float:
     """The numerical-rank tolerance of a computed DoRA update, relative to its ``σ₁``.
 
-    ``ΔW`` is a difference of two matrices of ``W₀``'s size, so its float64 round-off is of
-    ``W₀``'s size, not ``ΔW``'s: each entry's error is at most a few ``eps·(|W₀ᵢⱼ| + |ΔWᵢⱼ|)``
-    (Higham, *Accuracy and Stability*, §2–3), so ``‖E‖₂ ≤ ‖E‖_F ≲ eps·(‖W₀‖_F + ‖ΔW‖_F)``.
-    The tolerance is ``max(m, n)·eps(float64)·(‖W₀‖_F + ‖ΔW‖_F)``, divided by the lower bound
-    ``‖ΔW‖_F/√min(m, n) ≤ σ₁`` (never below the true ratio). An untrained DoRA module
+    ``ΔW = W' − W₀`` is a difference of two matrices of ``W₀``'s size, so what is round-off in
+    it is of ``W'``'s size, not ``ΔW``'s. Two sources: float64's own, each entry at most a few
+    ``eps·(|W₀ᵢⱼ| + |ΔWᵢⱼ|)`` (Higham, *Accuracy and Stability*, §2–3), summed as
+    ``max(m, n)·eps(float64)``; and the stored magnitude, which PEFT computes and keeps in its
+    own dtype, so each output unit's factor ``m_i/‖·‖_i`` is known to ``eps(dtype of m)`` only
+    (``‖diag(δ) W'‖₂ ≤ max|δ|·‖W'‖_F``). The tolerance is
+    ``(max(m, n)·eps(float64) + eps(dtype of m))·(‖W₀‖_F + ‖ΔW‖_F)``, divided by a lower
+    bound of ``σ₁``: the larger of ``‖ΔW‖_F/√min(m, n)`` and a few power-iteration steps'
+    ``‖ΔW v‖/‖v‖`` (never below the true ratio). An untrained DoRA module
     (``m = ‖W₀ + s·B A‖_c``) then has numerical rank ``r``, where ``max(m, n)·eps`` alone
-    counts ``W₀``'s round-off as rank.
+    counts that round-off as rank; a trained magnitude moves by far more than its dtype's eps.
 
     Args:
         base: ``W₀`` (either layout); delta: ``ΔW`` float64 ``[d_out, d_in]``.
+        magnitude_dtype: the dtype the magnitude ``m`` was stored in.
 
     Returns:
         ``rtol ≥ 0`` (``inf`` for ``ΔW = 0``: no singular value is above round-off).
@@ -102,10 +109,17 @@ def dora_rtol(base: torch.Tensor, delta: torch.Tensor) -> float:
     size = torch.linalg.matrix_norm(delta).item()
     if size == 0.0:
         return float("inf")
-    noise = max(m, n) * torch.finfo(torch.float64).eps * (
-        torch.linalg.matrix_norm(base.to(torch.float64)).item() + size
-    )
-    return noise * min(m, n) ** 0.5 / size
+    eps = max(m, n) * torch.finfo(torch.float64).eps + torch.finfo(magnitude_dtype).eps
+    noise = eps * (torch.linalg.matrix_norm(base.to(torch.float64)).item() + size)
+    sigma1 = size / min(m, n) ** 0.5
+    v = delta.abs().sum(dim=0)  # any v: ‖ΔW v‖/‖v‖ ≤ σ₁
+    for _ in range(8):
+        w = delta @ v
+        sigma1 = max(sigma1, (w.norm() / v.norm()).item())
+        v = delta.T @ w
+        if v.norm() == 0:
+            break
+    return noise / sigma1
 
 
 def dora_updates(adapter: Adapter, base: BaseCheckpoint) -> dict[str, DoraUpdate]:
@@ -125,5 +139,5 @@ def dora_updates(adapter: Adapter, base: BaseCheckpoint) -> dict[str, DoraUpdate
     for path, m in adapter.modules.items():
         W0 = base.weight(path)
         delta = dora_delta(W0, m.B, m.A, m.scale, adapter.magnitudes[path], fan_in_fan_out=flip)
-        out[path] = DoraUpdate(delta, dora_rtol(W0, delta))
+        out[path] = DoraUpdate(delta, dora_rtol(W0, delta, adapter.magnitudes[path].dtype))
     return out
