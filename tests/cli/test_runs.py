@@ -359,6 +359,23 @@ def test_show_of_a_run_without_files_or_metrics_prints_no_empty_tables(tmp_path)
     assert "last metrics" not in out.output and "files (" not in out.output
 
 
+def test_list_and_show_read_an_older_stores_killed_run_as_todays_class(tmp_path):
+    # a pool's worker whose command was killed, as stores recorded it before one class was kept
+    path = tmp_path / "store.sqlite"
+    spec = ToySpec(x=8.0)
+    with RunStore(path) as store:
+        store.add_study("old", ToySpec())
+        store.register_run(Manifest.for_spec(spec), study="old")
+        log_run(store, spec.identity(), [1.0], "cancelled", "driver pid 4343 gone")
+    shown = invoke("runs", "show", spec.identity()[:8], "--store", path)
+    assert shown.exit_code == 0, shown.output
+    attempt = next(line for line in shown.output.splitlines() if "killed" in line)
+    assert "infrastructure_failure" in attempt and "killed: pid 4343 ended before its" in attempt
+    assert "cancelled" not in shown.output and "driver pid" not in shown.output
+    listed = invoke("runs", "list", "--study", "old", "--store", path)
+    assert "infrastructure_failure" in listed.output and "cancelled" not in listed.output
+
+
 class _ListSpec(ToySpec):
     """A toy spec with one long list, as a LoRA run's corpus file list is."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gaugelab.study.spec import Manifest
+from gaugelab.study.store.owner import as_recorded
 from gaugelab.study.store.storefile import StoreError
 
 _PREFIX = re.compile(r"[0-9a-f]{4,64}")
@@ -117,7 +118,9 @@ class AttemptRow:
     0 for attempts recorded before owners were kept); ``heartbeat_at`` is its owner's latest
     heartbeat while it trained (ISO 8601, UTC); ``metrics_digest`` seals the metric rows it
     logged, recorded when it ended (:func:`metrics_digest`; ``None`` while open, and for
-    attempts that ended before stores kept it).
+    attempts that ended before stores kept it). An attempt of a killed command that an older
+    store recorded in another form reads as today's
+    (:func:`~gaugelab.study.store.owner.as_recorded`).
     """
 
     id: int
@@ -133,6 +136,11 @@ class AttemptRow:
     owner_started: str = ""
     heartbeat_at: str | None = None
     metrics_digest: str | None = None
+
+    def __post_init__(self) -> None:  # an older store's killed attempt reads as today's
+        termination, message = as_recorded(self.termination, self.message)
+        object.__setattr__(self, "termination", termination)
+        object.__setattr__(self, "message", message)
 
 
 @dataclass(frozen=True)
