@@ -5,7 +5,14 @@ from __future__ import annotations
 import errno
 import sqlite3
 
-__all__ = ["TERMINATION_CLASSES", "NonFiniteError", "OptimizerFailure", "disk_full"]
+__all__ = [
+    "ADVICE",
+    "TERMINATION_CLASSES",
+    "NonFiniteError",
+    "OptimizerFailure",
+    "advice",
+    "disk_full",
+]
 
 TERMINATION_CLASSES: tuple[str, ...] = (
     "completed",
@@ -18,6 +25,25 @@ TERMINATION_CLASSES: tuple[str, ...] = (
 """How an attempt ends: the run store's termination classes (every attempt ends in exactly one)
 and the experimental design's attempt lineage (only ``infrastructure_failure`` is retried;
 ``numerical_failure`` is an outcome). Source: seed 003 §0x0CI."""
+
+
+ADVICE: dict[str, str] = {
+    "numerical_failure": "a smaller learning rate, or another rule (rerunning the same spec "
+    "gives the same outcome)",
+    "infrastructure_failure": "rerun the same command: it resumes from the last checkpoint",
+    "admission_failure": "change what the message names, then rerun the same command",
+    "cancelled": "rerun the same command to resume",
+    "unverified": "rerun the same command to execute the run again",
+}
+"""What to do about a run that ended in each class without completing (docs/errors.md);
+``unverified``: a completed run whose file no longer matches the store's record."""
+
+
+def advice(termination: str, message: str = "") -> str:
+    """What to do about a run that ended as ``termination`` with ``message``: the class's
+    :data:`ADVICE`, or ``""`` when the message already says it (it names the rerun, as a full
+    disk's, exhausted memory's or a blocked candidate's message does) or the class has none."""
+    return "" if "rerun" in message else ADVICE.get(termination, "")
 
 
 class NonFiniteError(FloatingPointError):

@@ -166,7 +166,7 @@ def _summary(exc: BaseException) -> str:
         return (f"disk full while writing {what} — free space and rerun the same command "
                 f"(completed runs are kept){where}")  # fmt: skip
     if isinstance(exc, MemoryError):
-        return f"out of memory — a smaller size, or fewer --max-workers{where}"
+        return f"out of memory — a smaller size, or fewer --max-workers, then rerun{where}"
     return f"{type(exc).__name__}: {exc}{where}"
 
 
