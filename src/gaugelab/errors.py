@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 import sqlite3
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "OptimizerFailure",
     "advice",
     "disk_full",
+    "out_of_memory",
 ]
 
 TERMINATION_CLASSES: tuple[str, ...] = (
@@ -81,3 +83,21 @@ def disk_full(error: BaseException) -> bool:
     if isinstance(error, sqlite3.Error):
         return "full" in str(error)
     return isinstance(error, OSError) and error.errno == errno.ENOSPC
+
+
+_ASKED = re.compile(r"tried to allocate (\d+) bytes")
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """Whether ``error`` says memory ran out: ``None`` if not, else what was asked for
+    (``"47.7 GiB asked"``, or ``""`` when the error does not say). A ``MemoryError``, or the
+    ``RuntimeError`` torch's allocators raise (``DefaultCPUAllocator: can't allocate memory:
+    you tried to allocate N bytes``; CUDA's ``out of memory``)."""
+    text = str(error)
+    if not isinstance(error, MemoryError) and not (
+        isinstance(error, RuntimeError)
+        and ("can't allocate memory" in text or "out of memory" in text.lower())
+    ):
+        return None
+    asked = _ASKED.search(text)
+    return "" if asked is None else f"{int(asked.group(1)) / 2**30:,.1f} GiB asked"

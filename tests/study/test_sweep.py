@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import the toy
 from toy import ToySpec
 from toy_checkpoint import CheckpointToySpec
 
+from gaugelab.errors import advice
 from gaugelab.study import runner
 from gaugelab.study.runner import execute_run, spec_reference
 from gaugelab.study.spec import Manifest
@@ -134,12 +135,16 @@ def test_the_experiments_own_errors_are_classified_by_cause_and_never_retried(tm
 
 
 def test_a_full_disk_or_exhausted_memory_is_named_with_what_to_do(tmp_path):
-    sweep = Sweep(ToySpec(), grid={"fail": ["disk-full", "no-memory"]})
+    sweep = Sweep(ToySpec(), grid={"fail": ["disk-full", "no-memory", "torch-no-memory"]})
     result = run_sweep(sweep, store=tmp_path / "s.sqlite", max_workers=1, retries=0)
     messages = sorted(o.message for o in result.failed)
     assert messages[0].startswith("disk full while writing ") and "c.pt — free space and " \
         "rerun the same command (completed runs are kept)" in messages[0]
-    assert messages[1].startswith("out of memory — a smaller size, or fewer --max-workers")
+    # torch's allocator raises RuntimeError, not MemoryError: the same cause, the same advice
+    assert messages[1].startswith("out of memory (1,048,576.0 GiB asked) — a smaller size, or "
+                                  "fewer --max-workers, then rerun")  # fmt: skip
+    assert messages[2].startswith("out of memory — a smaller size, or fewer --max-workers")
+    assert all(advice("infrastructure_failure", m) == "" for m in messages)  # no "it resumes"
 
 
 def test_one_local_worker_runs_in_this_process_like_a_pool_of_two(tmp_path):

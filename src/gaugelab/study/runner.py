@@ -44,7 +44,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gaugelab.errors import NonFiniteError, disk_full
+from gaugelab.errors import NonFiniteError, disk_full, out_of_memory
 from gaugelab.study.context import RunContext
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.study.store.db import RunStore
@@ -165,8 +165,9 @@ def _summary(exc: BaseException) -> str:
         what = getattr(exc, "filename", None) or "a file of the run"
         return (f"disk full while writing {what} — free space and rerun the same command "
                 f"(completed runs are kept){where}")  # fmt: skip
-    if isinstance(exc, MemoryError):
-        return f"out of memory — a smaller size, or fewer --max-workers, then rerun{where}"
+    if (asked := out_of_memory(exc)) is not None:
+        asked = f" ({asked})" if asked else ""
+        return f"out of memory{asked} — a smaller size, or fewer --max-workers, then rerun{where}"
     return f"{type(exc).__name__}: {exc}{where}"
 
 
