@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import re
 import sqlite3
+from collections.abc import Iterator
 
 __all__ = [
     "ADVICE",
@@ -13,6 +16,7 @@ __all__ = [
     "OptimizerFailure",
     "advice",
     "disk_full",
+    "naming",
     "out_of_memory",
 ]
 
@@ -101,3 +105,17 @@ def out_of_memory(error: BaseException) -> str | None:
         return None
     asked = _ASKED.search(text)
     return "" if asked is None else f"{int(asked.group(1)) / 2**30:,.1f} GiB asked"
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Name ``path`` in an ``OSError`` raised inside without a file name: a write or fsync on
+    a full disk raises ``ENOSPC`` naming none, so the message could not say which file. The
+    error keeps its type and errno; one that names a file, or has no errno, passes unchanged.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from exc
