@@ -118,4 +118,5 @@ def naming(path: str | os.PathLike[str]) -> Iterator[None]:
     except OSError as exc:
         if exc.filename is not None or exc.errno is None:
             raise
-        raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from exc
+        named = type(exc)(exc.errno, exc.strerror, os.fspath(path))
+        raise named.with_traceback(exc.__traceback__) from exc  # raised where it was

@@ -252,6 +252,7 @@ def test_a_checkpoint_on_a_full_disk_names_its_file_and_leaves_nothing_behind(
         f"disk full while writing {tmp_path / 'step-00000007.safetensors'} — free space and "
         "rerun the same command"
     )
+    assert "test_checkpoint.py:" in _summary(error.value)  # where it was raised, not the helper
 
 
 def test_naming_puts_the_path_in_an_os_error_that_has_none_and_keeps_its_type():
@@ -265,8 +266,9 @@ def test_naming_puts_the_path_in_an_os_error_that_has_none_and_keeps_its_type():
     with pytest.raises(PermissionError) as denied, naming("/data/x.png"):
         raise PermissionError(errno.EACCES, "Permission denied")
     assert denied.value.filename == "/data/x.png"
-    with pytest.raises(FileExistsError, match="^exists$"), naming("/data/x.png"):
+    with pytest.raises(FileExistsError) as exists, naming("/data/x.png"):
         raise FileExistsError("exists")  # no errno: unchanged
+    assert (str(exists.value), exists.value.filename) == ("exists", None)
     with pytest.raises(OSError) as named, naming("/data/x.png"):
         raise OSError(errno.ENOSPC, "No space left on device", "/other")
     assert named.value.filename == "/other"
