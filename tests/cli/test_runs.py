@@ -138,6 +138,26 @@ def test_report_writes_html_in_a_new_folder_each_time_and_never_overwrites(store
     assert into.exit_code == 2 and "--out" in into.stderr and "Traceback" not in into.output
 
 
+def test_report_of_a_study_still_running_counts_its_open_attempt_as_running(tmp_path):
+    path = tmp_path / "store.sqlite"
+    specs = [ToySpec(x=1.0), ToySpec(x=2.0), ToySpec(x=3.0)]
+    with RunStore(path) as store:
+        store.add_study("live", ToySpec())
+        done, nan, running = (store.register_run(Manifest.for_spec(s), study="live").identity
+                              for s in specs)  # fmt: skip
+        log_run(store, done, [1.0], "completed")
+        log_run(store, nan, [2.0], "numerical_failure", "NonFiniteError: loss became nan")
+        store.start_attempt(running)  # open, held by this (live) process
+        result = invoke("report", "live", "--store", path, "--out", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "report.html" in line)
+    cells = [c.strip() for c in row.split("│")[2:-1]]
+    assert cells == ["3", "1", "1", "0", "1"]  # runs, completed, running, unverified, failed
+    page = " ".join((tmp_path / "r" / "report.html").read_text().split())
+    assert "3 runs · 1 failure ·" in page  # the running run is no failure
+    assert "still running" not in page and "numerical_failure</td>" in page
+
+
 def test_report_to_another_folder(store_path, tmp_path):
     result = invoke("report", STUDY, "--store", store_path, "--out", tmp_path / "r")
     assert result.exit_code == 0 and (tmp_path / "r" / "report.html").is_file()
@@ -280,7 +300,7 @@ def test_report_counts_a_run_with_a_tampered_file_as_unverified_not_completed(tm
     assert path.parent.parent.parent == store.parent / "reports" and path.is_file()
     (row,) = [line.split("│")[2:6] for line in result.stdout.splitlines()
               if line.startswith("│") and "report.html" in line]  # fmt: skip
-    assert [cell.strip() for cell in row] == ["2", "1", "1", "0"]  # runs, completed, unverified
+    assert [cell.strip() for cell in row] == ["2", "1", "0", "1"]  # runs, completed, running, unverified
     (line,) = [line for line in result.stdout.splitlines() if "unverified" in line and "—" in line]
     assert line.startswith(f"failed {art.run[:12]}: unverified — {art.path}")
 
