@@ -300,7 +300,7 @@ def test_report_counts_a_run_with_a_tampered_file_as_unverified_not_completed(tm
     assert path.parent.parent.parent == store.parent / "reports" and path.is_file()
     (row,) = [line.split("│")[2:6] for line in result.stdout.splitlines()
               if line.startswith("│") and "report.html" in line]  # fmt: skip
-    assert [cell.strip() for cell in row] == ["2", "1", "0", "1"]  # runs, completed, running, unverified
+    assert [cell.strip() for cell in row] == ["2", "1", "0", "1"]  # runs, done, running, unverified
     (line,) = [line for line in result.stdout.splitlines() if "unverified" in line and "—" in line]
     assert line.startswith(f"failed {art.run[:12]}: unverified — {art.path}")
 
