@@ -249,3 +249,18 @@ def test_parallel_float32_updates_with_factors_of_1e38_are_parallel_in_every_mea
     assert float(parallel.column.min_rank_overlap) == pytest.approx(1.0, abs=1e-5)
     small = interference((B * 1e-38, A, 1.0), (B * 0.25e-38, A, 4.0))  # in range: unchanged
     assert float(small.column.min_rank_overlap) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_composing_float32_adapters_with_factors_of_1e38_gives_the_ledger_not_an_eigh_error():
+    base = adapter(1, 2, rslora=False, targets=("q_proj",))
+    (module, part), = base.modules.items()
+    B = (part.B / part.B.abs().max() * 1e38).float()  # its Gram matrix overflows float32
+    record = dataclasses.replace(part.record, dtype="float32")
+    huge = [Adapter({module: AdapterModule(part.A.float(), k * B, record)}, base.config)
+            for k in (1.0, 0.5)]  # the same direction twice, at two magnitudes
+    composed = compose_adapters(huge)
+    (row,) = composed.ledger
+    (pair,) = row.pairs
+    assert pair.cosine == pytest.approx(1.0, abs=1e-6)  # exactly parallel
+    assert row.measured_rank == 2 and row.written_rank == 4
+    assert composed.adapter.modules[module].B.dtype == torch.float32  # written as the sources
