@@ -196,7 +196,7 @@ def test_bad_tensors_are_refused_naming_the_key(tmp_path, tensors, message):
     ("change", "message"),
     [
         ({"peft_type": "IA3"}, "peft_type='IA3'"),
-        ({"use_dora": True}, "use_dora=True is a LoRA variant"),
+        ({"use_dora": True}, "use_dora=True: DoRA's update .* needs the base weights"),
         ({"init_lora_weights": "pissa_niter_4"}, "rewrites the base weights"),
         ({"r": None}, "r=None"),
         ({"lora_alpha": "8"}, "lora_alpha='8'"),

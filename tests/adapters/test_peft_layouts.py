@@ -18,10 +18,12 @@ def _classifier(folder, seed):
     torch.manual_seed(seed)
     config = transformers.BertConfig(num_hidden_layers=1, hidden_size=16, intermediate_size=32,
                                      num_attention_heads=2, vocab_size=50)  # fmt: skip
+    base = transformers.BertForSequenceClassification(config)
+    base.save_pretrained(folder.parent / f"{folder.name}-base")  # before PEFT wraps its layers
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = peft.get_peft_model(
-            transformers.BertForSequenceClassification(config),
+            base,
             peft.LoraConfig(r=2, target_modules=["query", "value", "word_embeddings"],
                             task_type="SEQ_CLS", bias="lora_only", init_lora_weights=False),
         )  # fmt: skip
@@ -32,6 +34,9 @@ def _classifier(folder, seed):
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("layouts")
+    small = transformers.BertConfig(num_hidden_layers=1, hidden_size=16, intermediate_size=32,
+                                    num_attention_heads=2, vocab_size=40)  # fmt: skip
+    transformers.BertForSequenceClassification(small).save_pretrained(tmp / "bert-small")
     return [_classifier(tmp / f"a{seed}", seed) for seed in (0, 1)]
 
 
@@ -60,6 +65,17 @@ def test_inspect_analyses_the_pairs_and_says_what_it_did_not(made, tmp_path):
     notes = " ".join(result.not_computed)
     assert "not analysed: 4 trained tensor(s)" in notes and "classifier.weight [2, 16]" in notes
     assert "embedding LoRA (bert.embeddings.word_embeddings)" in notes
+
+
+def test_the_base_checkpoint_holds_every_pair_embedding_included(made, tmp_path):
+    _, folder = made[0]
+    base = folder.parent / f"{folder.name}-base"
+    result = inspect_lora(folder, base=base, store=tmp_path / "none.sqlite")
+    assert len(result.modules) == 3  # the table [vocab, dim] is the pair's [d_in, d_out]
+    with pytest.raises(ValueError, match=r"'bert\.embeddings\.word_embeddings' needs a base "
+                                         r"weight 50×16 but the base checkpoint"):  # fmt: skip
+        inspect_lora(folder, base=made[1][1].parent / "bert-small",
+                     store=tmp_path / "none.sqlite")  # fmt: skip
 
 
 def test_compose_keeps_task_type_and_embedding_keys(made, tmp_path):
@@ -97,5 +113,5 @@ def test_compose_json_and_a_base_mismatch_allowed_and_recorded(made, tmp_path):
     data = json.loads(allowed.output)
     assert data["method"] == "cat" and len(data["ledger"]) == 3
     written = json.loads((tmp_path / "o2" / "gaugelab_composition.json").read_text())
-    assert written["bases"][1] == "/local/copy/of/bert"
+    assert written["bases"][1] == "/local/copy/of/bert" and written["allow_different_bases"]
     assert Adapter.load(tmp_path / "o2").config.base_model_name_or_path is None

@@ -567,7 +567,7 @@ def test_an_ended_attempts_metrics_are_sealed_and_a_changed_row_is_tampering(tmp
 
 
 def test_the_digest_does_not_depend_on_row_order_and_an_open_attempt_is_unsealed(store):
-    from gaugelab.study.store.queries import metrics_digest
+    from gaugelab.study.store.seals import metrics_digest
 
     rows = [(2, "b", 0.1 + 0.2), (1, "a", -0.0), (1, "b", 1e308)]
     assert metrics_digest(rows) == metrics_digest(rows[::-1])

@@ -98,12 +98,16 @@ class Adapter:
             of the embedding table's update, with the same singular values).
         others: the file's other tensors (``modules_to_save`` copies, trained biases): key →
             ``"[shape] dtype"``; listed, not analysed, not written back by :meth:`save`.
+        magnitudes: DoRA's magnitude vectors, module → ``m [d_out]`` (``use_dora``; read by
+            :meth:`load` with ``dora=True``). Such an adapter's update needs the base weight
+            (:func:`gaugelab.adapters.dora.dora_delta`); it is neither applied nor saved.
         config: the :class:`AdapterConfig`; every module's rank, alpha and rsLoRA flag must be
             the ones the config resolves for it (rank from ``rank_pattern`` / ``r``, alpha
             from ``alpha_pattern`` / ``lora_alpha``), so the files mean one thing to PEFT too.
 
     Raises:
-        ValueError: no modules, or a module the config resolves differently.
+        ValueError: no modules, a module the config resolves differently, or a magnitude of
+            no module or of another length than its ``d_out``.
 
     Source: PEFT's adapter format (``save_pretrained`` / ``PeftModel.from_pretrained``, 0.21);
     seed 003 §0x07I (the factor record), §0x08K (merge).
@@ -116,6 +120,7 @@ class Adapter:
         *,
         embeddings: frozenset[str] = frozenset(),
         others: Mapping[str, str] | None = None,
+        magnitudes: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         if not modules:
             raise ValueError("Adapter: modules is empty; allowed: at least one adapted module")
@@ -132,10 +137,23 @@ class Adapter:
                 raise ValueError(f"Adapter: the record of {path!r} names {rec.module!r}")
         if unknown := sorted(embeddings - set(modules)):
             raise ValueError(f"Adapter: embeddings {unknown} are not among the modules")
+        magnitudes = dict(magnitudes or {})
+        for path, m in magnitudes.items():
+            if path not in modules or tuple(m.shape) != (modules[path].record.d_out,):
+                raise ValueError(
+                    f"Adapter: the DoRA magnitude of {path!r} has shape {list(m.shape)}; "
+                    "allowed: [d_out] of an adapted module"
+                )
         self.modules = dict(modules)
         self.config = config
         self.embeddings = frozenset(embeddings)
         self.others = dict(others or {})
+        self.magnitudes = magnitudes
+
+    def _plain(self, owner: str) -> None:
+        if self.magnitudes:
+            raise ValueError(f"{owner}: a DoRA adapter (use_dora) is not a plain s·B A update; "
+                             "allowed: LoRA adapters")  # fmt: skip
 
     @property
     def records(self) -> dict[str, FactorRecord]:
@@ -172,6 +190,7 @@ class Adapter:
             self.config,
             embeddings=self.embeddings,
             others=self.others,
+            magnitudes={p: m.to(dtype) for p, m in self.magnitudes.items()},
         )
 
     def apply(
@@ -189,10 +208,11 @@ class Adapter:
             Path → the new layer.
 
         Raises:
-            ValueError: a path missing from ``model``, not an ``nn.Linear`` (or already
-                adapted), a weight shape ``[d_out, d_in]`` or dtype that disagrees; nothing is
-                changed then.
+            ValueError: a DoRA adapter; a path missing from ``model``, not an ``nn.Linear``
+                (or already adapted), a weight shape ``[d_out, d_in]`` or dtype that
+                disagrees; nothing is changed then.
         """
+        self._plain("Adapter.apply")
         bases = {}
         for path, m in self.modules.items():
             try:
@@ -285,7 +305,9 @@ class Adapter:
 
         Raises:
             FileExistsError: ``directory`` already holds adapter files and not ``overwrite``.
+            ValueError: a DoRA adapter (its magnitudes are not written).
         """
+        self._plain("Adapter.save")
         return files.write_adapter(
             directory,
             {p: (m.A, m.B) for p, m in self.modules.items()},
@@ -297,8 +319,9 @@ class Adapter:
         )
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Adapter:
-        """Read a PEFT LoRA adapter directory (or a file inside it).
+    def load(cls, path: str | os.PathLike, *, dora: bool = False) -> Adapter:
+        """Read a PEFT LoRA adapter directory (or a file inside it); with ``dora``, a DoRA
+        adapter too (``use_dora``: its magnitudes in :attr:`magnitudes`).
 
         Each module's rank is read from its tensors and checked against the config's
         ``rank_pattern`` / ``r``; its scale is ``lora_scale(alpha_pattern or lora_alpha, r,
@@ -306,16 +329,23 @@ class Adapter:
         (checked against tensors and config); without it the records say ``init="unknown"``.
 
         Raises:
-            ValueError: a pickle checkpoint (never unpickled), missing files, a bad config or
+            ValueError: a DoRA adapter unless ``dora``; a pickle checkpoint (never
+                unpickled), missing files, a bad config or
                 tensor (see :func:`gaugelab.adapters.files.read_factors`), a rank that
                 disagrees with the config, or records that disagree with the tensors.
         """
         owner = "Adapter.load"
         folder = files.adapter_directory(path, owner=owner)
         config = AdapterConfig.from_json_dict(
-            files.read_config(folder, owner=owner), source=str(folder / files.CONFIG)
+            files.read_config(folder, owner=owner), source=str(folder / files.CONFIG), dora=dora
         )
-        factors, embeddings, others = files.read_factors(folder, owner=owner)
+        factors, embeddings, others, magnitudes = files.read_factors(folder, owner=owner,
+                                                                     dora=dora)  # fmt: skip
+        use_dora = bool(config.extra.get("use_dora"))
+        if missing := sorted(set(factors) - set(magnitudes) if use_dora else magnitudes):
+            raise ValueError(f"{owner}: {folder}: use_dora={use_dora} but {missing[0]!r} "
+                             f"{'has no' if use_dora else 'has a'} DoRA magnitude in "
+                             f"{files.WEIGHTS}")  # fmt: skip
         stored = files.read_records(folder, owner=owner)
         if stored is not None and set(stored) != set(factors):
             raise ValueError(
@@ -355,4 +385,4 @@ class Adapter:
                         f"{ {k: getattr(derived, k) for k in keys} }"
                     )
             modules[module] = AdapterModule(A, B, record)
-        return cls(modules, config, embeddings=embeddings, others=others)
+        return cls(modules, config, embeddings=embeddings, others=others, magnitudes=magnitudes)

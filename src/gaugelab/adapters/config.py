@@ -134,8 +134,15 @@ class AdapterConfig:
         return lora_scale(self.alpha_for(module), r, self.use_rslora)
 
     @classmethod
-    def from_json_dict(cls, values: Mapping[str, Any], *, source: str = "adapter_config.json"):
+    def from_json_dict(
+        cls, values: Mapping[str, Any], *, source: str = "adapter_config.json", dora: bool = False
+    ):
         """Read a parsed ``adapter_config.json``.
+
+        Args:
+            values: the parsed file; source: its name (for messages).
+            dora: accept ``use_dora`` (kept in ``extra``): the caller has the base weights
+                DoRA's update needs. Off, a DoRA config is refused saying so.
 
         Raises:
             ValueError: ``peft_type`` is not ``LORA``; ``r`` or ``lora_alpha`` missing; a field
@@ -150,7 +157,16 @@ class AdapterConfig:
         for name in ("r", "lora_alpha"):
             if name not in values:
                 raise ValueError(f"{source}: field {name!r} is missing; allowed: a LoRA config")
+        if values.get("use_dora") and not dora:
+            raise ValueError(
+                f"{source}: use_dora={values['use_dora']!r}: DoRA's update m·(W₀ + s·B A)/"
+                "‖W₀ + s·B A‖ − W₀ needs the base weights, which an adapter folder does not "
+                "hold; allowed: a plain LoRA adapter, or a DoRA adapter with its base "
+                "checkpoint given (lora inspect or compare --base)"
+            )
         for name in UNSUPPORTED:
+            if name == "use_dora" and dora:
+                continue
             if values.get(name):
                 raise ValueError(
                     f"{source}: {name}={values[name]!r} is a LoRA variant gaugelab does not read; "

@@ -50,11 +50,14 @@ class FactorFile(NamedTuple):
             ``A [r, num_embeddings]``, ``B [embedding_dim, r]``).
         embeddings: the modules whose pair is embedding LoRA.
         others: every other key → ``"[shape] dtype"`` (not read into memory).
+        magnitudes: DoRA's magnitude vectors, module path → ``m [d_out]`` (read only when
+            asked for, :func:`read_factors` ``dora=True``).
     """
 
     factors: dict[str, tuple[torch.Tensor, torch.Tensor]]
     embeddings: frozenset[str]
     others: dict[str, str]
+    magnitudes: dict[str, torch.Tensor]
 
 
 def factor_key(module: str, half: str, *, embedding: bool = False) -> str:
@@ -153,12 +156,18 @@ def read_config(folder: Path, *, owner: str) -> dict[str, Any]:
     return read_json(folder / CONFIG, owner=owner, limit=CONFIG_LIMIT)
 
 
-def read_factors(folder: Path, *, owner: str) -> FactorFile:
+def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
     """The LoRA pairs of ``adapter_model.safetensors`` and a list of everything else.
 
+    Args:
+        folder: the adapter directory; owner: who reads (for messages).
+        dora: read DoRA magnitude vectors (``….lora_magnitude_vector``, ``[d_out]``) into
+            ``magnitudes``; off, they are refused.
+
     Raises:
-        ValueError: an unreadable file; DoRA magnitudes (``use_dora``: DoRA's update needs
-            the base weights); a factor that is not 2-D, not floating point, or not finite; a
+        ValueError: an unreadable file; DoRA magnitudes unless ``dora`` (DoRA's update needs
+            the base weights); a magnitude that is not 1-D, of a module without a LoRA pair
+            or of an embedding; a factor that is not 2-D, not floating point, or not finite; a
             module with only one half; A and B whose ranks or dtypes differ; no LoRA pair at
             all — each naming the key.
     """
@@ -168,9 +177,12 @@ def read_factors(folder: Path, *, owner: str) -> FactorFile:
     except (safetensors.SafetensorError, OSError) as e:
         raise ValueError(f"{owner}: {file} is not a readable safetensors file ({e})") from None
     halves: dict[str, dict[str, torch.Tensor]] = {}
-    embeddings, others = set(), {}
+    embeddings, others, magnitudes = set(), {}, {}
     with handle:
         for key in handle.keys():
+            if key.endswith(DORA) and dora and key.startswith(PREFIX):
+                magnitudes[key[len(PREFIX) : -len(DORA)]] = handle.get_tensor(key)
+                continue
             if key.endswith(DORA):
                 raise ValueError(
                     f"{owner}: {file}: {key} is a DoRA magnitude (use_dora); DoRA's update "
@@ -225,7 +237,19 @@ def read_factors(folder: Path, *, owner: str) -> FactorFile:
         factors[module] = (A, B)
     if not factors:
         raise ValueError(f"{owner}: {file} holds no LoRA factors")
-    return FactorFile(dict(sorted(factors.items())), frozenset(embeddings), others)
+    for module, m in magnitudes.items():
+        key = f"{PREFIX}{module}{DORA}"
+        if module not in factors or module in embeddings:
+            what = "an embedding" if module in embeddings else "a module without a LoRA pair"
+            raise ValueError(f"{owner}: {file}: {key} is the DoRA magnitude of {what}; allowed: "
+                             "magnitudes of linear LoRA modules")  # fmt: skip
+        d_out = factors[module][1].shape[0]
+        if m.dim() != 1 or m.shape[0] != d_out or not m.is_floating_point():
+            raise ValueError(f"{owner}: {file}: {key} has shape {list(m.shape)} {m.dtype}; "
+                             f"allowed: [{d_out}] (d_out), floating point")  # fmt: skip
+        if not bool(torch.isfinite(m).all()):
+            raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
+    return FactorFile(dict(sorted(factors.items())), frozenset(embeddings), others, magnitudes)
 
 
 def _check_factor(t: torch.Tensor, key: str, file: Path, owner: str) -> None:

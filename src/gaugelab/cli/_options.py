@@ -1,5 +1,6 @@
 """What every study command shares: the run options' declarations (``--executor``,
-``--max-workers``, ``--address``, ``--threads``, ``--store``, ``--out``) and the parsing of
+``--max-workers``, ``--address``, ``--threads``, ``--store``, ``--out``, the LoRA tools'
+``--base``) and the parsing of
 comma-separated numbers and names."""
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ Threads = Annotated[
 ]
 Executor = Annotated[
     str, typer.Option(help="local (worker processes on this machine) or ray (needs gaugelab[ray]).")
+]
+BaseCheckpoint = Annotated[
+    Path | None,
+    typer.Option(
+        "--base",
+        help="The base model of adapter folders: a .safetensors file or a Hugging Face "
+        "checkpoint folder (never a pickle). Every module is checked against it; DoRA "
+        "adapters need it.",
+        show_default=False,
+    ),
 ]
 Address = Annotated[
     str | None,

@@ -26,6 +26,7 @@ from gaugelab.cli._defaults import DEFAULT_STORE_PATH, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._options import (
     Address,
+    BaseCheckpoint,
     Executor,
     Out,
     Store,
@@ -186,6 +187,7 @@ def inspect(
         bool,
         typer.Option(help="Compute the evidence ladder (needs the base model and its data)."),
     ] = True,
+    base: BaseCheckpoint = None,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
     store: Store = DEFAULT_STORE_PATH,
     out: Out = None,
@@ -213,7 +215,7 @@ def inspect(
         with pinned_threads(threads), working(console, f"inspecting {source}"):
             result, path = _lora.run_lora_inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
-                report_dir=out, write_report=report,
+                report_dir=out, write_report=report, base=base,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:

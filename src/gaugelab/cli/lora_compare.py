@@ -17,7 +17,7 @@ from rich.text import Text
 from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import wide_console, working
 from gaugelab.cli._errors import check_location, fail, guarded
-from gaugelab.cli._options import nonempty_study
+from gaugelab.cli._options import BaseCheckpoint, nonempty_study
 from gaugelab.cli._tables import rich_table
 from gaugelab.cli.bench import pinned_threads
 
@@ -105,6 +105,7 @@ def compare(
     quick: Annotated[
         bool, typer.Option(help="φ up to 8 and no Monte-Carlo null: seconds.")
     ] = False,
+    base: BaseCheckpoint = None,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
     store: Annotated[Path, typer.Option(help="Run store.")] = STORE,
     out: Annotated[
@@ -124,7 +125,8 @@ def compare(
     min-rank overlap, both directed coverages, chordal and projector distances against the
     Haar baseline of the same ranks and dimension, the factors' own spans beside the update's,
     and φ heatmaps per projection with a random pair beside them (the LoRA paper's Figure 3).
-    A full fine-tuning update's rank is its energy rank (--dense-rho).
+    A full fine-tuning update's rank is its energy rank (--dense-rho), and so is a DoRA
+    adapter's effective update (dense; it needs --base).
     """
     console = wide_console()
     try:
@@ -142,7 +144,7 @@ def compare(
                 a, other, store=store, seed_a=seed_a, seed_b=seed_b, study=study,
                 policy=chosen, rho=rho, dense_rho=dense_rho, phi_max=phi_max,
                 null_samples=null_samples, null_seed=null_seed, report_dir=out,
-                write_report=report, against_full=against_full is not None,
+                write_report=report, against_full=against_full is not None, base=base,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
@@ -200,6 +202,7 @@ def compose(
     quick: Annotated[
         bool, typer.Option(help="One validation batch per target for the activations: seconds.")
     ] = False,
+    base: BaseCheckpoint = None,
     threads: Annotated[int, typer.Option(help="Torch threads.")] = 1,
     store: Annotated[Path, typer.Option(help="Run store.")] = STORE,
     report_out: Annotated[
@@ -246,7 +249,7 @@ def compose(
                 sources, out, store=store, weights=lam, method=method, rank=rank,
                 seeds=per_seed, study=study, evaluate=evaluate, samples=1 if quick else 2,
                 report_dir=report_out, write_report=report,
-                allow_different_bases=allow_base_mismatch,
+                allow_different_bases=allow_base_mismatch, base=base,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:

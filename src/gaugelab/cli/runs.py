@@ -27,7 +27,7 @@ from gaugelab.study.report.builder import Table as ReportTable
 from gaugelab.study.report.builder import new_report_dir
 
 _registry = LazyModule("gaugelab.experiments.registry")
-_queries = LazyModule("gaugelab.study.store.queries")
+_seals = LazyModule("gaugelab.study.store.seals")
 _results = LazyModule("gaugelab.study.store.results")
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ def _file_state(path: Path, sha256: str) -> str:
     """``intact``, ``missing`` (a checkpoint deleted by design reads the same), ``changed``
     or ``unreadable``: the file now, against the digest the store recorded."""
     try:
-        return "intact" if _queries.file_sha256(path) == sha256 else "changed"
+        return "intact" if _seals.file_sha256(path) == sha256 else "changed"
     except FileNotFoundError:
         return "missing"
     except OSError:

@@ -23,7 +23,8 @@ from gaugelab.study.checkpoint import (
 )
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.study.store.db import RunStore
-from gaugelab.study.store.queries import CHECKPOINT_KINDS, file_sha256
+from gaugelab.study.store.queries import CHECKPOINT_KINDS
+from gaugelab.study.store.seals import file_sha256
 
 __all__ = ["RunContext"]
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.names import module_order, parse_module_name
 from gaugelab.experiments.lora.data import base_model, eval_batches, finetune_corpus
 from gaugelab.experiments.lora.ladder import (
@@ -104,8 +105,10 @@ class InspectResult:
 
 
 def _module_report(module: str, update: object, configured: int | None, scale: float | None,
-                   shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype):  # fmt: skip
-    policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype)
+                   shape: tuple[int, int], ranks: Sequence[int], dtype: torch.dtype,
+                   rtol: float | None = None):  # fmt: skip
+    policies = rank_policies(update, matrix_id=module, configured=configured, computed_in=dtype,
+                             rtol=rtol)  # fmt: skip
     sweep = reconstruct_by_rank(update, ranks, matrix_id=module, computed_in=dtype)
     rows = [{"rank": r.rank, "retained_energy": r.retained_energy,
              "retained_mass": r.retained_mass, "frobenius_squared": r.frobenius_squared,
@@ -127,6 +130,7 @@ def inspect_lora(
     seed: int | None = None,
     study: str | None = None,
     evidence: bool = True,
+    base: str | os.PathLike[str] | None = None,
 ) -> InspectResult:
     """Inspect an adapter: per module, rank policies, spectrum, truncation and evidence ladder.
 
@@ -142,6 +146,10 @@ def inspect_lora(
         study: where a candidate label is looked up (default: the newest fine-tuning study
             of the store that has it).
         evidence: compute the evidence ladder when base model and data are known.
+        base: the base model's checkpoint for an adapter folder (a ``.safetensors`` file or a
+            Hugging Face folder, :class:`~gaugelab.adapters.checkpoint.BaseCheckpoint`):
+            every module is checked against it, and a DoRA adapter is analysed through its
+            effective update (:func:`~gaugelab.adapters.dora.dora_delta`), which needs it.
 
     Returns:
         The :class:`InspectResult`. Every decomposition runs in float64 with the tolerances of
@@ -152,7 +160,9 @@ def inspect_lora(
             store (an ambiguous prefix); a run that
             is not a fine-tuning run, not completed, or has no such ``seed``; bad ``ranks``;
             an unreadable adapter (as :meth:`gaugelab.adapters.Adapter.load`); an adapter
-            module whose shape differs from its base model's (one line naming both).
+            module whose shape differs from its base model's, or that the ``base``
+            checkpoint lacks (one line naming both); a DoRA adapter without ``base``; a
+            ``base`` that is not a safetensors checkpoint, or given for a stored run.
         ArtifactError: a file the run recorded changed since it was written.
 
     Source: seed 003 §0x04I, §0x04K, §0x04M, §0x0BE.
@@ -160,8 +170,9 @@ def inspect_lora(
     ranks = tuple(ranks)
     if not ranks or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in ranks):
         raise ValueError(f"inspect_lora: ranks={list(ranks)}; allowed: integers >= 0")
+    checkpoint = None if base is None else BaseCheckpoint.open(base)
     with open_store(store) as db:
-        found = find(str(source), db, seed, study, "inspect_lora")
+        found = find(str(source), db, seed, study, "inspect_lora", base=checkpoint)
         return _inspect(found.source, ranks, evidence)
 
 
@@ -174,7 +185,7 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
                                       ranks, found.dtype))  # fmt: skip
     for m, delta in found.dense.items():
         modules.append(_module_report(m, delta.to(f64), None, None, tuple(delta.shape), ranks,
-                                      found.dtype))  # fmt: skip
+                                      found.dtype, found.rtol.get(m)))  # fmt: skip
     modules.sort(key=lambda m: module_order(m.module))
     result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
                            dict(found.logged), not_computed=list(found.missing),

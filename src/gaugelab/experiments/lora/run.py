@@ -178,11 +178,12 @@ def run_lora_inspect(
     evidence: bool = True,
     report_dir: str | os.PathLike[str] | None = None,
     write_report: bool = True,
+    base: str | os.PathLike[str] | None = None,
 ) -> tuple[InspectResult, Path | None]:
     """:func:`inspect_lora`, then its report (figures, ``inspect.json``, ``report.html``).
 
     Args:
-        source, store, ranks, seed, study, evidence: as :func:`inspect_lora`.
+        source, store, ranks, seed, study, evidence, base: as :func:`inspect_lora`.
         report_dir: the report folder (must not hold one); default a new timestamped folder
             in ``<store folder>/reports/inspect-<source>/``.
         write_report: write it (False: only inspect).
@@ -199,7 +200,7 @@ def run_lora_inspect(
         folder = Path(report_dir)
         refuse_existing(folder)
     result = inspect_lora(source, store=store, ranks=ranks, seed=seed, study=study,
-                          evidence=evidence)  # fmt: skip
+                          evidence=evidence, base=base)  # fmt: skip
     if not write_report:
         return result, None
     folder = (

@@ -19,6 +19,8 @@ import safetensors.torch
 import torch
 
 from gaugelab.adapters import Adapter
+from gaugelab.adapters.checkpoint import BaseCheckpoint
+from gaugelab.adapters.dora import dora_updates
 from gaugelab.adapters.files import PREFIX as PEFT_PREFIX
 from gaugelab.experiments.lora.data import (
     BASE_PREFIX,
@@ -52,6 +54,7 @@ class Source:
     missing: list[str] = field(default_factory=list)
     adapter: Adapter | None = None  # the adapter read (LoRA), with its configuration
     target_corpus: TwoDomainSpec | None = None  # a run's fine-tuning target, when not pretrain's
+    rtol: dict[str, float] = field(default_factory=dict)  # a dense update's own rank tolerance
 
 
 def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -> Source:
@@ -85,11 +88,42 @@ def _pretrain_of(store: RunStore | None, identity: str) -> PretrainSpec | None:
     return PretrainSpec.model_validate(row.spec) if row.kind == PretrainSpec.kind else None
 
 
-def resolve_path(path: Path, store: RunStore | None) -> Source:
+def _dora(adapter: Adapter, source: str, base: BaseCheckpoint) -> Source:
+    """A DoRA adapter's source: its effective updates, dense (no factors to analyse)."""
+    updates = dora_updates(adapter, base)
+    dense = {p: u.delta for p, u in updates.items()}
+    rank = ", ".join(sorted({str(m.r) for m in adapter.modules.values()}))
+    found = Source(source, "dora", "dora", None, {}, dense, {}, torch.float64, adapter=None,
+                   rtol={p: u.rtol for p, u in updates.items()})  # fmt: skip
+    found.missing.append(
+        f"the rank-r pair alone (DoRA, use_dora, r {rank}): analysed instead is the effective "
+        f"update m ⊙ (W₀ + s·B A)/‖W₀ + s·B A‖_c − W₀ with W₀ from {base.path}, computed in "
+        "float64; it is dense "
+        "(rank up to min(d_out, d_in)); its numerical rank's tolerance is the round-off of "
+        "W₀'s size (gaugelab.adapters.dora.dora_rtol)"
+    )
+    if adapter.others:
+        listed = ", ".join(f"{k.removeprefix(PEFT_PREFIX)} {v}" for k, v in adapter.others.items())
+        found.missing.append(f"not analysed: {len(adapter.others)} trained tensor(s) besides "
+                             f"the DoRA factors and magnitudes: {listed}")  # fmt: skip
+    return found
+
+
+def resolve_path(path: Path, store: RunStore | None, base: BaseCheckpoint | None = None) -> Source:
     """The source of an adapter folder: its factors, and its pretrain run when the adapter's
     ``base_model_name_or_path`` names one completed in ``store`` (else why the ladder is
-    not computed)."""
-    adapter = Adapter.load(path)
+    not computed). With ``base`` (the user's base checkpoint) every module is checked
+    against it, and a DoRA adapter is read: its effective updates, dense.
+
+    Raises:
+        ValueError: a DoRA adapter without ``base``; a module ``base`` lacks or of another
+            shape (one line, :meth:`BaseCheckpoint.check`).
+    """
+    adapter = Adapter.load(path, dora=base is not None)
+    if base is not None:
+        base.check(adapter, str(path), "inspect_lora")
+        if adapter.magnitudes:
+            return _dora(adapter, str(path), base)
     found = _from_adapter(adapter, str(path), store)
     name = adapter.config.base_model_name_or_path or ""
     why = (
@@ -251,9 +285,11 @@ def find(
     func: str,
     *,
     seed_name: str = "seed",
+    base: BaseCheckpoint | None = None,
 ) -> Found:
     """Resolve ``name``: an existing path (a PEFT folder), a candidate label (``full``,
     ``lora r=4``) of ``study`` (default: the newest that has it), or a run identity prefix.
+    ``base``, the user's base checkpoint, is for a folder (:func:`resolve_path`).
 
     Raises:
         ValueError: nothing matches (a name with ``/`` that does not exist: "no such adapter
@@ -262,7 +298,10 @@ def find(
     """
     path = Path(name)
     if path.exists():
-        found = Found(name, resolve_path(path, db))
+        try:
+            found = Found(name, resolve_path(path, db, base))
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("inspect_lora", func)) from None
         ignored = [f"{option}={value!r}" for option, value in ((seed_name, seed), ("study", study))
                    if value is not None]  # fmt: skip
         if ignored:  # a folder holds one adapter and belongs to no study
@@ -271,6 +310,9 @@ def find(
         return found
     if "/" in name or os.sep in name:
         raise ValueError(f"{func}: no such adapter folder: {name}")
+    if base is not None:
+        raise ValueError(f"{func}: a base checkpoint is for adapter folders; {name!r} is a "
+                         "stored run, whose base is its pretrain run")  # fmt: skip
     if db is None:
         raise ValueError(
             f"{func}: {name!r} is not an adapter folder, and there is no run store to look it "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.names import module_order
 from gaugelab.experiments.lora.ladder import capture_inputs
 from gaugelab.experiments.lora.sources import Found, find, open_store
@@ -89,6 +90,7 @@ def compose_lora(
     evaluate: bool = True,
     samples: int = 2,
     allow_different_bases: bool = False,
+    base: str | os.PathLike[str] | None = None,
 ) -> ComposeResult:
     """Compose adapters ``Σ λ_j s_j B_j A_j`` and write the result as a PEFT adapter.
 
@@ -104,6 +106,9 @@ def compose_lora(
             model and data are known (stored runs of one pretrain run).
         samples: validation batches per target corpus whose activations feed the
             sampled-output interference (each ``val_batch_size × block_size`` rows).
+        allow_different_bases: compose adapters whose ``base_model_name_or_path`` differ.
+        base: the base checkpoint of adapter folders (a ``.safetensors`` file or a Hugging
+            Face folder): every module of every source is checked against it first.
 
     Returns:
         :class:`ComposeResult`.
@@ -111,8 +116,9 @@ def compose_lora(
     Raises:
         ValueError: fewer sources than weights or seeds, a dense source, different bases, bad
             method/rank (see :func:`gaugelab.lowrank.composition.adapters.compose_adapters`).
-        ValueError: also a source module whose shape differs from its base model's (checked
-            before anything is written).
+        ValueError: also a source module whose shape differs from its base model's, or
+            that ``base`` lacks (checked before anything is written); a DoRA adapter (its
+            update is no sum of ``s·B A`` pairs).
         FileExistsError: ``out`` holds an adapter already (checked before composing).
 
     The adapter is written last (into a temporary sibling folder moved onto ``out``): an
@@ -129,10 +135,17 @@ def compose_lora(
         raise ValueError(f"{func}: {len(seeds)} seeds for {len(sources)} sources")
     if Path(out).exists() and any(Path(out).iterdir()):
         raise FileExistsError(f"{out} is not empty; composed adapters are never overwritten")
+    checkpoint = None if base is None else BaseCheckpoint.open(base)
     with open_store(store) as db:
         pairs = zip(sources, seeds, strict=True)
-        found = [find(str(s), db, seed, study, func) for s, seed in pairs]
+        found = [find(str(s), db, seed, study, func, base=checkpoint) for s, seed in pairs]
     for f in found:
+        if f.source.method == "dora":
+            raise ValueError(
+                f"{func}: {f.label} is a DoRA adapter; its update m ⊙ (W₀ + s·B A)/‖·‖_c − W₀ "
+                "is no sum of s·B A pairs, so it is not composed; allowed: LoRA adapters "
+                "(lora inspect / compare read DoRA with --base)"
+            )
         if f.source.adapter is None:
             raise ValueError(
                 f"{func}: {f.label} is a {f.source.method} fine-tuning update, not an adapter; "

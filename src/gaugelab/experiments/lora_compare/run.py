@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.names import module_order, parse_module_name
 from gaugelab.experiments.lora.sources import find, open_store
 from gaugelab.experiments.lora_compare.compose import ComposeResult, compose_lora
@@ -82,6 +83,7 @@ def compare_lora(
     null_samples: int = 0,
     null_seed: int = 0,
     against_full: bool = False,
+    base: str | os.PathLike[str] | None = None,
 ) -> CompareResult:
     """Compare two adapters (or an adapter and a full fine-tuning update) module by module.
 
@@ -102,12 +104,16 @@ def compare_lora(
         null_samples: ``> 0``: also a Monte-Carlo Haar null of that many draws per module and
             side (seeded ``null_seed``).
         against_full: ``b`` must be a full fine-tuning run (``--against-full``).
+        base: the base checkpoint of adapter folders (as :func:`~gaugelab.experiments.lora.
+            inspect.inspect_lora`): modules are checked against it, and a DoRA adapter is
+            compared through its effective update, dense (``dense_policy``).
 
     Returns:
         :class:`CompareResult` (float64 throughout; modules both adapt, in block order).
 
     Raises:
-        ValueError: a source that resolves to nothing, no shared module, a module of
+        ValueError: a source that resolves to nothing, a DoRA adapter without ``base``, a
+            module ``base`` lacks or of another shape, no shared module, a module of
             different shapes, ``against_full`` and ``b`` not full fine-tuning, bad options
             (an int ``policy`` < 1, ``rho`` or ``dense_rho`` outside ``(0, 1]``).
         ArtifactError: a stored file changed since it was written.
@@ -128,9 +134,10 @@ def compare_lora(
     for name, value in (("rho", rho), ("dense_rho", dense_rho)):
         if not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise ValueError(f"{func}: {name}={value:g}; allowed: (0, 1]")
+    checkpoint = None if base is None else BaseCheckpoint.open(base)
     with open_store(store) as db:
-        fa = find(str(a), db, seed_a, study, func, seed_name="seed_a")
-        fb = find(str(b), db, seed_b, study, func, seed_name="seed_b")
+        fa = find(str(a), db, seed_a, study, func, seed_name="seed_a", base=checkpoint)
+        fb = find(str(b), db, seed_b, study, func, seed_name="seed_b", base=checkpoint)
     if against_full and fb.source.method != "full":
         raise ValueError(
             f"{func}: against_full={b!r} is a {fb.source.method} fine-tuning update "
@@ -186,7 +193,7 @@ def compare_lora(
             null_row=nulls["row"], null_column=nulls["column"],
         ))  # fmt: skip
     policy_text = f"{policy}" + (f" (rho={rho})" if policy == "energy" else "")
-    if "full" in (fa.source.method, fb.source.method):
+    if {"full", "dora"} & {fa.source.method, fb.source.method}:
         policy_text += f"; dense updates: {dense_policy}" + (
             f" (rho={dense_rho})" if dense_policy == "energy" else ""
         )

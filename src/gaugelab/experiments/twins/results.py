@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from gaugelab.experiments.twins.spec import TwinSpec
 from gaugelab.study.stats.paired import PairedComparison, paired_differences
 from gaugelab.study.store.db import RunStore
-from gaugelab.study.store.queries import MetricsTampered
 from gaugelab.study.store.results import ArtifactError, failed, verified_json
+from gaugelab.study.store.seals import MetricsTampered
 
 TABLE_STEPS = (1, 10, 100)
 

@@ -89,6 +89,8 @@ class ComposedAdapter:
         method, rank, weights: how it was composed.
         bases: each source's ``base_model_name_or_path``, in order (they differ only when
             composed with ``allow_different_bases``; the written config then names none).
+        allow_different_bases: whether differing bases were allowed (recorded in
+            :data:`COMPOSITION_FILE`).
     """
 
     adapter: Adapter
@@ -97,11 +99,13 @@ class ComposedAdapter:
     rank: int | None
     weights: tuple[float, ...]
     bases: tuple[str | None, ...] = ()
+    allow_different_bases: bool = False
 
     def to_dict(self) -> dict:
         """The ledger as JSON-ready values."""
         return {"method": self.method, "rank": self.rank, "weights": list(self.weights),
-                "bases": list(self.bases), "modules": [asdict(m) for m in self.ledger]}  # fmt: skip
+                "bases": list(self.bases), "allow_different_bases": self.allow_different_bases,
+                "modules": [asdict(m) for m in self.ledger]}  # fmt: skip
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write the PEFT files and :data:`COMPOSITION_FILE` into ``directory``.
@@ -115,13 +119,13 @@ class ComposedAdapter:
         return Path(folder)
 
 
-def _record(module: str, B: torch.Tensor, A: torch.Tensor) -> FactorRecord:
+def _record(module: str, B: torch.Tensor, A: torch.Tensor, fan_in_fan_out: bool) -> FactorRecord:
     r = A.shape[0]
     return FactorRecord(
         module=module, d_in=A.shape[1], d_out=B.shape[0], r=r, alpha=float(r), use_rslora=False,
         scale=1.0, init="given", zero_factor="none", down_distribution="given",
         down_variance=None, up_distribution="given", up_variance=None, seed=None,
-        dtype=str(A.dtype).split(".")[-1],
+        dtype=str(A.dtype).split(".")[-1], fan_in_fan_out=fan_in_fan_out,
     )  # fmt: skip
 
 
@@ -139,7 +143,10 @@ def compose_adapters(
     Each source's scale ``s_j`` comes from its own ``(α, r_j, rsLoRA)`` (the module's factor
     record), so composing rsLoRA adapters keeps their scales; the result is written with
     ``s = 1`` and ``λ_j s_j`` folded into the down factor. A module adapted by only some
-    sources composes those.
+    sources composes those. GPT-2 ``Conv1D`` adapters (``fan_in_fan_out``) store their factors
+    as any other (``A [r, d_in]``, ``B [d_out, r]``; only the base weight is ``[d_in, d_out]``
+    and PEFT's ``ΔW`` is ``(s·B A)ᵀ``), so they compose alike and are written with
+    ``fan_in_fan_out`` true.
 
     Args:
         adapters: ``J ≥ 1`` :class:`~gaugelab.adapters.Adapter` of one base model.
@@ -155,9 +162,9 @@ def compose_adapters(
 
     Raises:
         ValueError: no adapters, weights of another length, an unknown method, ``svd``
-            without a rank ≥ 1 (or ``cat`` with one), ``fan_in_fan_out`` adapters, different
-            base models (unless allowed), a module of different shapes or dtypes across
-            sources.
+            without a rank ≥ 1 (or ``cat`` with one), a DoRA adapter, adapters that mix
+            ``fan_in_fan_out``, different base models (unless allowed), a module of different
+            shapes or dtypes across sources.
 
     Source:
         seed 003 §0x05A–§0x05D, §0x05G; PEFT's adapter format.
@@ -175,9 +182,18 @@ def compose_adapters(
         raise ValueError(f"{func}: method='svd' needs rank >= 1, got rank={rank!r}")
     if method == "cat" and rank is not None:
         raise ValueError(f"{func}: rank={rank} is for method='svd'; 'cat' keeps Σ r_j")
-    if any(a.config.fan_in_fan_out for a in adapters):
+    if dora := [j for j, a in enumerate(adapters) if a.magnitudes]:
         raise ValueError(
-            f"{func}: fan_in_fan_out adapters are not composed; allowed: [d_out, d_in]"
+            f"{func}: adapters[{dora[0]}] is a DoRA adapter (use_dora); its update m ⊙ (W₀ + "
+            "s·B A)/‖W₀ + s·B A‖_c − W₀ is no sum of s·B A pairs; allowed: LoRA adapters"
+        )
+    layouts = {a.config.fan_in_fan_out for a in adapters}
+    if len(layouts) > 1:
+        flags = ", ".join(f"adapters[{j}]: {a.config.fan_in_fan_out}"
+                          for j, a in enumerate(adapters))  # fmt: skip
+        raise ValueError(
+            f"{func}: the adapters mix fan_in_fan_out ({flags}); one base model stores each "
+            "weight in one layout; allowed: all true (GPT-2 Conv1D) or all false"
         )
     bases = {a.config.base_model_name_or_path for a in adapters}
     if len(bases) > 1 and not allow_different_bases:
@@ -186,6 +202,7 @@ def compose_adapters(
             "of updates of different bases is not one operator (allow_different_bases=True to "
             "compose anyway)"
         )
+    fan_in_fan_out = layouts.pop()  # the factors are [d_out, r], [r, d_in] in both layouts
     modules = list(dict.fromkeys(m for a in adapters for m in a.modules))
     out: dict[str, AdapterModule] = {}
     ledger = []
@@ -218,7 +235,8 @@ def compose_adapters(
             pairs.append(PairRow(idx[a], idx[b], float(ia.row.min_rank_overlap),
                                  float(ia.column.min_rank_overlap), ia.cross_term,
                                  ia.cosine))  # fmt: skip
-        out[module] = AdapterModule(A.contiguous(), B.contiguous(), _record(module, B, A))
+        record = _record(module, B, A, fan_in_fan_out)
+        out[module] = AdapterModule(A.contiguous(), B.contiguous(), record)
         ledger.append(ModuleLedger(
             module, idx, comp.ranks, comp.scales, comp.coefficients, comp.rank_b_cat,
             comp.rank_a_cat, comp.rank_bound, comp.measured_rank, comp.max_abs_difference,
@@ -232,6 +250,7 @@ def compose_adapters(
         r=r, lora_alpha=float(r), target_modules=tuple(out),
         rank_pattern={exact[p]: m.r for p, m in out.items() if m.r != r},
         alpha_pattern={exact[p]: float(m.r) for p, m in out.items() if m.r != r},
+        fan_in_fan_out=fan_in_fan_out,
         base_model_name_or_path=next(iter(bases)) if len(bases) == 1 else None,
         extra={"bias": "none", "inference_mode": True, "init_lora_weights": True,
                "lora_bias": False, "modules_to_save": None, "task_type": task_type,
@@ -240,4 +259,4 @@ def compose_adapters(
     embeddings = frozenset(m for a in adapters for m in a.embeddings)
     named = tuple(a.config.base_model_name_or_path for a in adapters)
     return ComposedAdapter(Adapter(out, config, embeddings=embeddings), ledger, method, rank,
-                           weights, named)  # fmt: skip
+                           weights, named, allow_different_bases)  # fmt: skip

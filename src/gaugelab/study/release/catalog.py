@@ -12,7 +12,7 @@ firing on the perturbation; ``tests/study/release/test_failure_catalog.py`` chec
 
 :data:`FAILURE_CATALOG_EXTENSIONS` holds what gaugelab also detects and the seed's 36 do not
 count: further failures of Loops 3, 7 and 10, and Loop 11's own (the closure manifest counts
-Loops 2–10 only). Re-exported by :mod:`gaugelab.study.release.design`.
+Loops 2–10 only).
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ from gaugelab.study.release.failures import FailureRecord as R
 
 __all__ = ["FAILURE_CATALOG", "FAILURE_CATALOG_EXTENSIONS"]
 
-_ADAPT = "tests/adapters/test_adapter_files.py::"
-_LORA = "tests/models/test_lora.py::"
-_LR = "tests/lowrank/"
-_RELEASE = "tests/study/release/"
+_ADAPT, _LORA = "tests/adapters/test_adapter_files.py::", "tests/models/test_lora.py::"
+_LR, _RELEASE = "tests/lowrank/", "tests/study/release/"
 _SEL = "tests/study/test_selection.py::"
 _ID, _GEO, _OPT = "identity-protocol", "geometry-reconstruction", "optimization-numerics"
-_FUN, _DES = "function-space-theorem", "experimental-design-statistics"
-_EVI = "evidence-publication-release"
+_FUN, _DES, _EVI = ("function-space-theorem", "experimental-design-statistics",
+                    "evidence-publication-release")
 
 FAILURE_CATALOG: tuple[R, ...] = (
     # --- Loop 2: the immutable study manifest (§0x00F–K) -----------------------------------------

@@ -33,8 +33,8 @@ from gaugelab.study.report.builder import (
     write_report,
 )
 from gaugelab.study.store.db import MetricRow, RunRow, RunStore
-from gaugelab.study.store.queries import MetricsTampered
 from gaugelab.study.store.results import UNVERIFIED
+from gaugelab.study.store.seals import MetricsTampered
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

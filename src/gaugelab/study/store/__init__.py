@@ -9,6 +9,8 @@ reader of results.
 * ``queries`` — The run store's rows and its read side: studies, runs, attempts, metrics and
   artifacts.
 * ``results`` — The read side of results: a run's files, verified, and a study's runs as read back.
+* ``seals`` — The sha256 of each file a run wrote and the digest sealing each ended attempt's
+  metric rows; a read that finds either changed raises.
 * ``schema`` — The run store's schema: its version, its DDL (tables, indexes, append-only
   triggers), and the migration of older versions.
 * ``storefile`` — The run store's file: its format, its creation, and opening it before any row is

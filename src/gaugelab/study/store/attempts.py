@@ -17,9 +17,10 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-from gaugelab.study.spec import environment_digest as _environment_digest
+from gaugelab.study.environment import environment_digest as _environment_digest
 from gaugelab.study.store.owner import Owner, gone, hold, now_iso, release, this_process
-from gaugelab.study.store.queries import _ATTEMPT_SELECT, AttemptRow, _exists, metrics_digest
+from gaugelab.study.store.queries import _ATTEMPT_SELECT, AttemptRow, _exists
+from gaugelab.study.store.seals import metrics_digest
 from gaugelab.study.store.storefile import TERMINATION_CLASSES
 
 __all__ = ["AttemptClaims", "Claim"]
@@ -103,7 +104,7 @@ class AttemptClaims:
 
     def end_attempt(self, attempt_id: int, termination: str, message: str = "") -> AttemptRow:
         """Close an open attempt with its termination class (once), sealing the metric rows it
-        logged with their digest (:func:`~gaugelab.study.store.queries.metrics_digest`), which
+        logged with their digest (:func:`~gaugelab.study.store.seals.metrics_digest`), which
         every later read of them checks.
 
         Args:

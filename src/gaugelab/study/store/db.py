@@ -45,9 +45,9 @@ from gaugelab.study.store.queries import (
     StoreQueries,
     StudyRow,
     _exists,
-    file_sha256,
 )
 from gaugelab.study.store.results import ResultReader
+from gaugelab.study.store.seals import file_sha256
 from gaugelab.study.store.storefile import (
     APPLICATION_ID,
     SCHEMA_VERSION,

@@ -6,18 +6,16 @@ opening, transactions and the append-only writes); the row types are what both h
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import sqlite3
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gaugelab.study.spec import Manifest
 from gaugelab.study.store.owner import as_recorded
+from gaugelab.study.store.seals import MetricsTampered, check_sealed, file_sha256
 from gaugelab.study.store.storefile import StoreError
 
 _PREFIX = re.compile(r"[0-9a-f]{4,64}")
@@ -25,67 +23,6 @@ CHECKPOINT_KINDS = ("checkpoint", "checkpoint-metadata")
 """Artifact kinds of checkpoint files: superseded by design (a run keeps only its latest
 checkpoint), so :meth:`StoreQueries.verify_artifacts` leaves them to
 :meth:`gaugelab.study.runner.RunContext.resume`, which verifies the one it reads."""
-
-
-def file_sha256(path: str | os.PathLike[str]) -> str:
-    """sha256 hex digest of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-class ArtifactError(StoreError):
-    """A file a run wrote is missing, unreadable, or differs from the sha256 the store recorded
-    for it (or the run has no completed attempt to read from); or its metric rows differ from
-    their seal (:class:`MetricsTampered`). The message names the file or rows and the run."""
-
-
-class MetricsTampered(ArtifactError):
-    """An ended attempt's metric rows differ from the digest the store sealed them with when
-    the attempt ended: rows were edited, added or removed afterwards. The message names the
-    run, the attempt and both digests."""
-
-
-def metrics_digest(rows: list[tuple[int, str, float]]) -> str:
-    """sha256 hex of one attempt's metric rows ``(step, name, value)``: one line
-    ``step\tname\trepr(value)`` each, sorted by step then name, so the same rows give the
-    same digest in any order and any process."""
-    digest = hashlib.sha256()
-    for step, name, value in sorted(rows, key=lambda r: (r[0], r[1])):
-        digest.update(f"{step}\t{name}\t{float(value)!r}\n".encode())
-    return digest.hexdigest()
-
-
-def check_sealed(
-    conn: sqlite3.Connection,
-    attempt_ids: set[int],
-    rows: Mapping[int, list[tuple[int, str, float]]] | None = None,
-) -> None:
-    """Raise :class:`MetricsTampered` unless every ended attempt of ``attempt_ids`` with a
-    recorded digest still holds exactly the rows it was sealed with.
-
-    ``rows``: attempt id → every ``(step, name, value)`` row of that attempt, when the caller
-    read them already (otherwise they are read here)."""
-    for attempt_id in sorted(attempt_ids):
-        run, ordinal, sealed = conn.execute(
-            "SELECT run, ordinal, metrics_digest FROM attempts WHERE id = ?", (attempt_id,)
-        ).fetchone()
-        if sealed is None:
-            continue
-        held = rows.get(attempt_id) if rows is not None else None
-        if held is None:
-            held = conn.execute(
-                "SELECT step, name, value FROM metrics WHERE attempt = ?", (attempt_id,)
-            ).fetchall()
-        found = metrics_digest(held)
-        if found != sealed:
-            raise MetricsTampered(
-                f"run {run[:12]} attempt {ordinal}: its metric rows have digest {found[:16]}…, "
-                f"not the {sealed[:16]}… the store sealed them with when the attempt ended; "
-                "they were changed afterwards"
-            )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gaugelab.study.store.queries import ArtifactError, ArtifactRow, StudyRow
+from gaugelab.study.store.queries import ArtifactRow, StudyRow
+from gaugelab.study.store.seals import ArtifactError
 
 __all__ = [
     "PENDING",
