@@ -125,3 +125,17 @@ def test_json_reports_a_failed_optimizer_with_verdict_error_phase_and_reason(wor
     assert report["verdict"] == "error" and report["phase"] == "step 3 of the base run"
     assert report["reason"].startswith("RuntimeError: The size of tensor a (6)")
     assert report["optimizer"] == "myopts:RaisesInStep"
+
+
+def test_json_of_a_diverged_run_carries_verdict_diverged_beside_its_one_line(workdir):
+    import json
+
+    result = gaugelab_check(workdir, "gd", "--opt", "lr=1e300", "--steps", "3", "--draws", "1",
+                            "--json")  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert (report["optimizer"], report["verdict"]) == ("gd", "diverged")
+    assert report["reason"].startswith("the loss is nan at step ")  # lr 1e300: step 2
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error: ")]
+    assert line == f"error: the run diverged ({report['reason']}); {report['hint']}"
+    assert report["hint"] == "try a smaller learning rate, --opt lr=…"

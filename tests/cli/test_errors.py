@@ -3,6 +3,7 @@ the machine's failures in one line naming the path and what to do."""
 
 import errno
 import sqlite3
+from pathlib import Path
 
 import pytest
 import typer
@@ -16,6 +17,7 @@ from gaugelab.cli._errors import (
     option_message,
 )
 from gaugelab.cli.zoo import DIAL_OPTIONS, ZOO_OPTIONS
+from gaugelab.errors import ADVICE, TERMINATION_CLASSES, advice
 from gaugelab.experiments.sensing.dial import DialSpec
 from gaugelab.experiments.sensing.zoo import ZooSpec
 
@@ -123,3 +125,17 @@ def test_a_guarded_command_turns_ctrl_c_and_os_errors_into_one_line(tmp_path, ca
     )
     with pytest.raises(RuntimeError):  # anything else passes through
         run(error=RuntimeError("bug"))
+
+
+def test_each_failed_classs_advice_is_the_one_docs_errors_md_gives_and_a_message_keeps_its_own():
+    page = (Path(__file__).parents[2] / "docs" / "errors.md").read_text()
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[3].strip()
+            for line in page.splitlines() if line.startswith("| `")}  # fmt: skip
+    assert {c: rows[c] for c in ADVICE} == ADVICE
+    assert set(ADVICE) | {"validation_stopped", "completed"} == set(TERMINATION_CLASSES) | {
+        "unverified"
+    }
+    assert advice("numerical_failure", "NonFiniteError: loss nan") == ADVICE["numerical_failure"]
+    disk = "disk full while writing c.pt — free space and rerun the same command"
+    assert advice("infrastructure_failure", disk) == ""  # the cause says what to do
+    assert advice("completed") == ""

@@ -138,4 +138,9 @@ def test_a_study_with_a_failed_run_exits_3_names_it_and_suggests_nothing_about_i
     assert lines[-1] == "1 run did not complete (above, each with its cause); the tables hold " \
         "what completed"
     assert "inspect a candidate" not in result.output
+    cells = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert cells == ["pretrained"]  # the failed candidate is no row of any table
+    assert "lora r=2: run" not in result.output and "Learning curves" not in result.output
+    flat = " ".join(result.output.split())  # the failure's line, unwrapped
+    assert "not finite: [nan]" in flat and "; what to do: a smaller learning rate" in flat
     assert invoke(*args).exit_code == 3  # run again: the failure is still the study's status

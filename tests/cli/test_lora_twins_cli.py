@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from gaugelab.cli import app as gaugelab_app
 from gaugelab.cli import lora_twins
+from gaugelab.errors import NonFiniteError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -107,3 +108,29 @@ def test_the_quick_study_prints_the_update_angles_against_the_noise_floor(quick)
     assert "noise angle (rad)" in out
     assert "sgd-compensated: largest principal angle between the updates at step 6" in out
     assert "(the floor)" in out
+
+
+def test_a_failed_run_is_no_row_and_its_failure_says_what_to_do(tmp_path, monkeypatch):
+    import gaugelab.experiments.lora_twins.train as twin_train
+
+    real = twin_train.train_lora_twins
+
+    def diverges(spec, run):  # sgd logs a step, then its loss is nan
+        if spec.optimizer != "sgd":
+            return real(spec, run)
+        run.log(1, {"gauge/logit_distance": 1.23e-07})
+        raise NonFiniteError("sgd: training loss at step 2 is not finite: [nan]")
+
+    monkeypatch.setattr(twin_train, "train_lora_twins", diverges)
+    store = tmp_path / "s.sqlite"
+    result = invoke("--quick", "--steps", "2", "--warmup-steps", "1", "--optimizers",
+                    "sgd-compensated,sgd", "--store", store)  # fmt: skip
+    assert result.exit_code == 3, result.output
+    lines = result.output.splitlines()
+    cells = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert cells == ["sgd-compensated"] and "1.23e-07" not in result.output
+    assert not any(line.startswith("sgd,") for line in lines)  # no verdict of the failure
+    assert any(line.startswith("sgd-compensated, GL(r) twin:") for line in lines)
+    flat = " ".join(result.output.split())
+    assert "numerical_failure — NonFiniteError: sgd: training loss at step 2" in flat
+    assert "what to do: a smaller learning rate, or another rule" in flat

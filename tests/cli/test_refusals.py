@@ -60,6 +60,8 @@ class Nested(ExperimentSpec):
         (("twins", "--quick", "--pairs", "100000000"),
          "--pairs 100000000 × 4 optimizer(s) needs at least 2,794.0 GiB of memory"),
         (("dial", "--quick", "--size", "100000"), "--size 100000, --measurements 1199982, "),
+        (("twins", "--task", "text", "--batch-size", "1000000000"),
+         "--batch-size 1000000000 needs at least 1,430.5 GiB of memory; this machine has"),
     ],
 )  # fmt: skip
 def test_a_value_no_run_could_use_is_refused_before_the_store_exists(tmp_path, args, expected):

@@ -138,6 +138,26 @@ def test_report_writes_html_in_a_new_folder_each_time_and_never_overwrites(store
     assert into.exit_code == 2 and "--out" in into.stderr and "Traceback" not in into.output
 
 
+def test_report_of_a_study_still_running_counts_its_open_attempt_as_running(tmp_path):
+    path = tmp_path / "store.sqlite"
+    specs = [ToySpec(x=1.0), ToySpec(x=2.0), ToySpec(x=3.0)]
+    with RunStore(path) as store:
+        store.add_study("live", ToySpec())
+        done, nan, running = (store.register_run(Manifest.for_spec(s), study="live").identity
+                              for s in specs)  # fmt: skip
+        log_run(store, done, [1.0], "completed")
+        log_run(store, nan, [2.0], "numerical_failure", "NonFiniteError: loss became nan")
+        store.start_attempt(running)  # open, held by this (live) process
+        result = invoke("report", "live", "--store", path, "--out", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.output.splitlines() if "report.html" in line)
+    cells = [c.strip() for c in row.split("│")[2:-1]]
+    assert cells == ["3", "1", "1", "0", "1"]  # runs, completed, running, unverified, failed
+    page = " ".join((tmp_path / "r" / "report.html").read_text().split())
+    assert "3 runs · 1 failure ·" in page  # the running run is no failure
+    assert "still running" not in page and "numerical_failure</td>" in page
+
+
 def test_report_to_another_folder(store_path, tmp_path):
     result = invoke("report", STUDY, "--store", store_path, "--out", tmp_path / "r")
     assert result.exit_code == 0 and (tmp_path / "r" / "report.html").is_file()
@@ -280,7 +300,7 @@ def test_report_counts_a_run_with_a_tampered_file_as_unverified_not_completed(tm
     assert path.parent.parent.parent == store.parent / "reports" and path.is_file()
     (row,) = [line.split("│")[2:6] for line in result.stdout.splitlines()
               if line.startswith("│") and "report.html" in line]  # fmt: skip
-    assert [cell.strip() for cell in row] == ["2", "1", "1", "0"]  # runs, completed, unverified
+    assert [cell.strip() for cell in row] == ["2", "1", "0", "1"]  # runs, done, running, unverified
     (line,) = [line for line in result.stdout.splitlines() if "unverified" in line and "—" in line]
     assert line.startswith(f"failed {art.run[:12]}: unverified — {art.path}")
 
@@ -357,6 +377,23 @@ def test_show_of_a_run_without_files_or_metrics_prints_no_empty_tables(tmp_path)
     assert out.exit_code == 0, out.output
     assert out.output.rstrip().endswith("no metrics logged")
     assert "last metrics" not in out.output and "files (" not in out.output
+
+
+def test_list_and_show_read_an_older_stores_killed_run_as_todays_class(tmp_path):
+    # a pool's worker whose command was killed, as stores recorded it before one class was kept
+    path = tmp_path / "store.sqlite"
+    spec = ToySpec(x=8.0)
+    with RunStore(path) as store:
+        store.add_study("old", ToySpec())
+        store.register_run(Manifest.for_spec(spec), study="old")
+        log_run(store, spec.identity(), [1.0], "cancelled", "driver pid 4343 gone")
+    shown = invoke("runs", "show", spec.identity()[:8], "--store", path)
+    assert shown.exit_code == 0, shown.output
+    attempt = next(line for line in shown.output.splitlines() if "killed" in line)
+    assert "infrastructure_failure" in attempt and "killed: pid 4343 ended before its" in attempt
+    assert "cancelled" not in shown.output and "driver pid" not in shown.output
+    listed = invoke("runs", "list", "--study", "old", "--store", path)
+    assert "infrastructure_failure" in listed.output and "cancelled" not in listed.output
 
 
 class _ListSpec(ToySpec):

@@ -5,6 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gaugelab.cli.app import app
+from gaugelab.errors import NonFiniteError
 
 runner = CliRunner()
 
@@ -168,3 +169,35 @@ def test_a_metric_row_edited_in_the_store_makes_the_run_unverified_not_printed(t
     again = invoke(*args)  # executed again, as for a changed file
     assert again.exit_code == 0, again.output
     assert "1.23e-07" not in again.output and "scalar-adam: equivariant" in again.output
+
+
+def test_a_failed_run_is_not_a_row_its_failure_says_what_to_do_and_the_exit_is_3(
+    tmp_path, monkeypatch
+):
+    import gaugelab.experiments.twins.run as twins_run
+
+    real = twins_run.run_twins
+
+    def diverges(spec, *, sink, **kwargs):  # adam logs its step 1, then its loss is nan
+        if spec.optimizer != "adam":
+            return real(spec, sink=sink, **kwargs)
+        sink(1, {"gauge/logit_distance": 1.23e-07, "noise/logit_distance": 3.6e-03})
+        raise NonFiniteError("adam: training loss at step 2 is not finite: [nan]")
+
+    monkeypatch.setattr(twins_run, "run_twins", diverges)
+    args = ("--steps", "2", "--optimizers", "scalar-adam,adam", "--store", tmp_path / "s.sqlite")
+    result = invoke(*args)
+    assert result.exit_code == 3, result.output
+    lines = result.output.splitlines()
+    cells = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert "scalar-adam" in cells and "adam" not in cells  # only what completed
+    assert "1.23e-07" not in result.output and "3.60e-03" not in result.output
+    assert any(line.startswith("scalar-adam: equivariant") for line in lines)
+    assert not any(line.startswith("adam:") for line in lines)  # no verdict for a failure
+    assert len([line for line in lines if line.startswith("failed ")]) == 1
+    flat = " ".join(result.output.split())  # the failure's line, unwrapped
+    assert "numerical_failure — NonFiniteError: adam: training loss at step 2" in flat
+    assert "; what to do: a smaller learning rate, or another rule (rerunning the same spec " \
+        "gives the same outcome)" in flat
+    assert lines[-1] == "1 run did not complete (above, each with its cause); the tables hold " \
+        "what completed"

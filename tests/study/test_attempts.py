@@ -14,7 +14,15 @@ from pydantic import Field
 
 from gaugelab.study.spec import ExperimentSpec, Manifest
 from gaugelab.study.store.db import SCHEMA_VERSION, RunStore, StoreError
-from gaugelab.study.store.owner import STALE_SECONDS, Heartbeat, Owner, gone, this_process
+from gaugelab.study.store.owner import (
+    KILLED,
+    STALE_SECONDS,
+    Heartbeat,
+    Owner,
+    gone,
+    killed,
+    this_process,
+)
 
 ENV = "e" * 64  # a fixed environment digest: keeps torch out of the writer processes
 
@@ -80,14 +88,42 @@ def test_an_attempt_whose_owner_pid_is_gone_is_closed_by_the_next_claim(store):
     assert claim.claimed and claim.ordinal == 2
     assert [a.ordinal for a in claim.closed] == [1]
     first = store.attempts(identity)[0]
-    assert (first.termination, first.message) == ("infrastructure_failure", f"owner pid {pid} gone")
+    assert (first.termination, first.message) == ("infrastructure_failure", killed(pid))
+    assert first.message == f"killed: pid {pid} ended before its run did"
+
+
+def test_an_older_stores_killed_attempts_read_as_todays_class_and_message(store):
+    # as stores wrote them before one class was kept for a killed command: in-process runs,
+    # a pool worker whose driver died, a Ctrl-C'd worker stopped by force; and two that stay
+    identity = register(store)
+    old = [
+        ("infrastructure_failure", "owner pid 4242 gone"),
+        ("cancelled", "driver pid 4343 gone"),
+        ("cancelled", "owner pid 4444 gone (interrupted)"),
+        ("infrastructure_failure", "owner pid 4545 gone (worker process died: boom)"),
+        ("cancelled", "interrupted"),
+        ("infrastructure_failure", "OSError: driver pid 1 gone wrong"),
+    ]
+    for termination, message in old:
+        store.end_attempt(store.start_attempt(identity, environment_digest=ENV), termination,
+                          message)  # fmt: skip
+    assert [(a.termination, a.message) for a in store.attempts(identity)] == [
+        (KILLED, "killed: pid 4242 ended before its run did"),
+        (KILLED, "killed: pid 4343 ended before its run did"),
+        ("cancelled", "killed: pid 4444 ended before its run did (interrupted)"),
+        (KILLED, "killed: pid 4545 ended before its run did (worker process died: boom)"),
+        ("cancelled", "interrupted"),
+        ("infrastructure_failure", "OSError: driver pid 1 gone wrong"),
+    ]
+    assert store.attempt(store.attempts(identity)[1].id).termination == KILLED  # one row alike
+    assert store.incomplete(identity).startswith("it failed: infrastructure_failure — OSError")
 
 
 def test_a_reused_pid_is_not_mistaken_for_the_owner():
     me = this_process()
-    assert gone(Owner(me.host, me.pid, me.started), None) == f"owner pid {me.pid} gone"  # not held
+    assert gone(Owner(me.host, me.pid, me.started), None) == killed(me.pid)  # not held
     parent = Owner(me.host, os.getppid(), "1")  # the parent's pid, another start time
-    assert gone(parent, None) == f"owner pid {os.getppid()} gone"
+    assert gone(parent, None) == killed(os.getppid())
     assert gone(Owner(me.host, os.getppid(), ""), None) is None  # start unknown: the pid decides
 
 

@@ -226,3 +226,49 @@ def test_prune_keeps_the_latest_checkpoints_and_refuses_keep_zero(tmp_path):
     assert len(list(tmp_path.iterdir())) == 2
     with pytest.raises(ValueError, match="keep=0"):
         prune_checkpoints(tmp_path, keep=0)
+
+
+def test_a_checkpoint_on_a_full_disk_names_its_file_and_leaves_nothing_behind(
+    tmp_path, monkeypatch
+):
+    import errno
+    import os
+
+    from gaugelab.study import checkpoint
+    from gaugelab.study.runner import _summary
+
+    def full(fd):  # as a write that found the device full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "fsync", full)
+    with pytest.raises(OSError) as error:
+        save_checkpoint(tmp_path, step=7, model_state={"w": torch.ones(2)}, optimizer_state={},
+                        rng_states={}, data_position=0)  # fmt: skip
+    monkeypatch.setattr(checkpoint.os, "fsync", os.fsync)
+    assert error.value.errno == errno.ENOSPC
+    assert error.value.filename == str(tmp_path / "step-00000007.safetensors")
+    assert list(tmp_path.iterdir()) == []  # the temporary file is removed
+    assert _summary(error.value).startswith(
+        f"disk full while writing {tmp_path / 'step-00000007.safetensors'} — free space and "
+        "rerun the same command"
+    )
+    assert "test_checkpoint.py:" in _summary(error.value)  # where it was raised, not the helper
+
+
+def test_naming_puts_the_path_in_an_os_error_that_has_none_and_keeps_its_type():
+    import errno
+
+    from gaugelab.errors import naming
+
+    with pytest.raises(OSError) as error, naming("/data/x.png"):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert (error.value.errno, error.value.filename) == (errno.ENOSPC, "/data/x.png")
+    with pytest.raises(PermissionError) as denied, naming("/data/x.png"):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    assert denied.value.filename == "/data/x.png"
+    with pytest.raises(FileExistsError) as exists, naming("/data/x.png"):
+        raise FileExistsError("exists")  # no errno: unchanged
+    assert (str(exists.value), exists.value.filename) == ("exists", None)
+    with pytest.raises(OSError) as named, naming("/data/x.png"):
+        raise OSError(errno.ENOSPC, "No space left on device", "/other")
+    assert named.value.filename == "/other"

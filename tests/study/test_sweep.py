@@ -1,6 +1,7 @@
 """Tests for gaugelab.study.sweep and runner: expansion, skip, keep-going, retries, Ray; claims
 and abandoned attempts, verified reuse, checkpoints set aside, progress from workers, Ctrl-C."""
 
+import functools
 import multiprocessing
 import os
 import signal
@@ -16,8 +17,12 @@ sys.path.insert(0, str(Path(__file__).parent))  # spawned workers import the toy
 from toy import ToySpec
 from toy_checkpoint import CheckpointToySpec
 
+from gaugelab.errors import advice
+from gaugelab.study import runner
+from gaugelab.study.runner import execute_run, spec_reference
 from gaugelab.study.spec import Manifest
 from gaugelab.study.store.db import RunStore
+from gaugelab.study.store.owner import KILLED, Heartbeat, Owner, killed, this_process
 from gaugelab.study.sweep import Sweep, SweepInterrupted, run_sweep
 
 
@@ -130,12 +135,16 @@ def test_the_experiments_own_errors_are_classified_by_cause_and_never_retried(tm
 
 
 def test_a_full_disk_or_exhausted_memory_is_named_with_what_to_do(tmp_path):
-    sweep = Sweep(ToySpec(), grid={"fail": ["disk-full", "no-memory"]})
+    sweep = Sweep(ToySpec(), grid={"fail": ["disk-full", "no-memory", "torch-no-memory"]})
     result = run_sweep(sweep, store=tmp_path / "s.sqlite", max_workers=1, retries=0)
     messages = sorted(o.message for o in result.failed)
     assert messages[0].startswith("disk full while writing ") and "c.pt — free space and " \
         "rerun the same command (completed runs are kept)" in messages[0]
-    assert messages[1].startswith("out of memory — a smaller size, or fewer --max-workers")
+    # torch's allocator raises RuntimeError, not MemoryError: the same cause, the same advice
+    assert messages[1].startswith("out of memory (1,048,576.0 GiB asked) — a smaller size, or "
+                                  "fewer --max-workers, then rerun")  # fmt: skip
+    assert messages[2].startswith("out of memory — a smaller size, or fewer --max-workers")
+    assert all(advice("infrastructure_failure", m) == "" for m in messages)  # no "it resumes"
 
 
 def test_one_local_worker_runs_in_this_process_like_a_pool_of_two(tmp_path):
@@ -180,17 +189,17 @@ def _kill_in_another_process(store: Path, spec: CheckpointToySpec) -> int:
 
 def test_an_open_attempt_of_a_dead_pid_is_closed_and_the_run_resumes(tmp_path):
     spec = CheckpointToySpec(steps=8, every=2)
-    killed, clean = tmp_path / "killed.sqlite", tmp_path / "clean.sqlite"
-    pid = _kill_in_another_process(killed, spec)
+    dead, clean = tmp_path / "killed.sqlite", tmp_path / "clean.sqlite"
+    pid = _kill_in_another_process(dead, spec)
     identity = spec.identity()
-    with RunStore(killed, create=False) as db:
+    with RunStore(dead, create=False) as db:
         assert [a.termination for a in db.attempts(identity)] == [None]
-    result = run_sweep(Sweep(spec), store=killed, max_workers=1)
+    result = run_sweep(Sweep(spec), store=dead, max_workers=1)
     assert result.completed == [identity] and result.resumed == {identity: 4}
-    with RunStore(killed, create=False) as db, RunStore(clean) as fresh:
+    with RunStore(dead, create=False) as db, RunStore(clean) as fresh:
         attempts = [(a.ordinal, a.termination, a.message) for a in db.attempts(identity)]
         assert attempts == [
-            (1, "infrastructure_failure", f"owner pid {pid} gone"),
+            (1, KILLED, killed(pid)),
             (2, "completed", ""),
         ]
         run_sweep(Sweep(spec), store=clean, max_workers=1)
@@ -298,6 +307,29 @@ def test_ctrl_c_raises_sweep_interrupted_with_the_runs_complete(tmp_path, monkey
         assert db.attempts(never) == []  # queued runs are dropped, not started
 
 
+def test_a_killed_command_records_its_run_alike_in_process_and_in_a_pool(tmp_path, monkeypatch):
+    # in process: the command dies mid-run; the next command's claim ends its attempt
+    in_process = CheckpointToySpec(steps=8, every=2)
+    pid = _kill_in_another_process(tmp_path / "a.sqlite", in_process)
+    run_sweep(Sweep(in_process), store=tmp_path / "a.sqlite", max_workers=1)
+    # in a pool: a worker's run whose driver (the command, here the same dead pid) is gone
+    pooled = CheckpointToySpec(steps=400, pause=0.02, seed=1)
+    store = tmp_path / "b.sqlite"
+    with RunStore(store) as db:
+        identity = db.register_run(Manifest.for_spec(pooled)).identity
+    monkeypatch.setattr(runner, "Heartbeat", functools.partial(Heartbeat, interval=0.05))
+    monkeypatch.setattr(os, "_exit", lambda code: sys.exit(code))  # the worker's exit
+    driver = Owner(this_process().host, pid, "")
+    with pytest.raises(SystemExit):
+        execute_run(store, identity, *spec_reference(pooled), driver=driver)
+    with RunStore(tmp_path / "a.sqlite", create=False) as a, RunStore(store, create=False) as b:
+        first = a.attempts(in_process.identity())[0]
+        (worker,) = b.attempts(identity)
+    assert (first.termination, first.message) == (worker.termination, worker.message)
+    assert (worker.termination, worker.message) == (KILLED, killed(pid))
+    assert KILLED == "infrastructure_failure"  # the release lineage retries it (§0x0CI)
+
+
 def _driver(store: str) -> None:
     """A sweep on a pool of two whose runs take long (killed from outside)."""
     sweep = Sweep(CheckpointToySpec(steps=600, pause=0.1), seeds=[0, 1], seed_field="seed")
@@ -328,9 +360,7 @@ def test_pool_workers_stop_their_runs_when_the_driver_is_killed(tmp_path):
         if len(ended) == 2:
             break
         time.sleep(0.5)
-    assert [(a.termination, a.message) for a in ended] == [
-        ("cancelled", f"driver pid {driver.pid} gone")
-    ] * 2
+    assert [(a.termination, a.message) for a in ended] == [(KILLED, killed(driver.pid))] * 2
     for pid in workers:  # and the orphaned workers exit
         while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
             time.sleep(0.2)

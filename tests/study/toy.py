@@ -18,7 +18,7 @@ class ToySpec(ExperimentSpec):
     seed: int = Field(0, description="offset")
     steps: int = Field(3, ge=1, description="steps")
     fail: Literal["none", "nan", "stop", "flaky-os", "bug", "admission", "missing-file",
-                  "disk-full", "no-memory"] = Field(
+                  "disk-full", "no-memory", "torch-no-memory"] = Field(
         "none", description="scripted failure"
     )
 
@@ -39,6 +39,10 @@ class ToySpec(ExperimentSpec):
             raise OSError(errno.ENOSPC, "No space left on device", str(run.directory / "c.pt"))
         if self.fail == "no-memory":
             raise MemoryError
+        if self.fail == "torch-no-memory":  # refused by the allocator at once: nothing is used
+            import torch
+
+            torch.empty(2**50, dtype=torch.uint8)
         if self.fail == "bug":
             raise ZeroDivisionError("toy: a bug")
         if self.fail == "missing-file":

@@ -32,7 +32,7 @@ from gaugelab.cli._errors import (
     interrupted,
 )
 from gaugelab.cli._tables import rich_table
-from gaugelab.errors import NonFiniteError, disk_full
+from gaugelab.errors import NonFiniteError, advice, disk_full
 from gaugelab.study.report.builder import Table
 
 _db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only when a study runs
@@ -52,9 +52,12 @@ def wide_console() -> Console:
 
 
 def failure_line(identity: str, termination: str, message: str, what: str = "") -> Text:
-    """``failed <identity[:12]> (<what>): <termination> — <message>`` in red."""
+    """``failed <identity[:12]> (<what>): <termination> — <message>; what to do: <advice>`` in
+    red (:func:`gaugelab.errors.advice`: left out when the message says it already)."""
     label = f" ({what})" if what else ""
-    return Text(f"failed {identity[:12]}{label}: {termination} — {message}", style="red")
+    todo = advice(termination, message)
+    tail = f"; what to do: {todo}" if todo else ""
+    return Text(f"failed {identity[:12]}{label}: {termination} — {message}{tail}", style="red")
 
 
 def count(n: int, noun: str) -> str:
@@ -280,7 +283,9 @@ def print_outcome(
     label_columns: int = 0,
 ) -> None:
     """Print a study's reused / resumed runs, tables, notes (e.g. verdicts), failures and
-    report path.
+    report path. The tables and notes hold the runs that completed (the experiments' views
+    leave the others out); each failure is one line with its cause and what to do
+    (:func:`failure_line`).
 
     Raises:
         typer.Exit: code :data:`~gaugelab.cli._errors.RUNS_FAILED` (3) when a run did not
@@ -293,11 +298,12 @@ def print_outcome(
         )
     for line in outcome.resumed_lines():
         console.print(Text(line))
-    for table in tables:
-        console.print(rich_table(table, label_columns=label_columns))
+    failures = outcome.result.failures
+    for table in tables:  # with failures, a table of no completed run is left out
+        if table.rows or not failures:
+            console.print(rich_table(table, label_columns=label_columns))
     for note in notes:
         console.print(note)
-    failures = outcome.result.failures
     for run in failures:
         console.print(failure_line(run.identity, run.termination, run.message))
     if outcome.report is not None:

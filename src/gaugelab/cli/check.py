@@ -150,7 +150,12 @@ def check(
                    OPTIONS) from None  # fmt: skip
     except NonFiniteError as exc:
         what = str(exc).removeprefix("check_equivariance: ")
-        raise fail(f"the run diverged ({what}); try a smaller learning rate, --opt lr=…") from None
+        advice = "try a smaller learning rate, --opt lr=…"
+        if as_json:  # stdout carries the status too: verdict diverged, as the atlas records it
+            typer.echo(json.dumps({"optimizer": optimizer, "verdict": verdicts.DIVERGED,
+                                   "phase": None, "reason": what, "hint": advice,
+                                   "group": group, "problem": problem}))  # fmt: skip
+        raise fail(f"the run diverged ({what}); {advice}") from None
     except OptimizerFailure as exc:
         if as_json:
             typer.echo(json.dumps({"optimizer": exc.optimizer, "verdict": verdicts.ERROR,

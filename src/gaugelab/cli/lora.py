@@ -155,7 +155,7 @@ def finetune(
         sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
     result = outcome.result
-    lines = [Text(f"{c.label}: run {c.state.identity[:12]}") for c in result.candidates]
+    lines = [Text(f"{c.label}: run {c.state.identity[:12]}") for c in result.completed]
     print_outcome(console, outcome, _lora.tables(result), notes=lines, label_columns=1)
     if result.candidates:
         where = "" if store == DEFAULT_STORE_PATH else f" --store {store}"

@@ -142,7 +142,7 @@ def twins(
         report_dir=out, sweep=sweep, study_name=sweep.study,
     )  # fmt: skip
     lines = []
-    for row in outcome.result.rows:
+    for row in outcome.result.completed:
         for twin, (verdict, why) in row.verdicts.items():
             label = "GL(r) twin" if twin == "gauge" else f"scalar twin (c = {spec.scalar:g})"
             lines.append(Text.assemble((row.optimizer, "bold"), f", {label}: {verdict} — {why}"))

@@ -28,6 +28,7 @@ from gaugelab.study.report.builder import new_report_dir
 
 _registry = LazyModule("gaugelab.experiments.registry")
 _seals = LazyModule("gaugelab.study.store.seals")
+_results = LazyModule("gaugelab.study.store.results")
 
 if TYPE_CHECKING:
     from gaugelab.experiments.registry import WrittenReport
@@ -351,12 +352,14 @@ def report(
         any(a.termination == "completed" for a in run) and identity not in written.unverified
         for identity, run in attempts.items()
     )
-    failures = sum(a.termination != "completed" for run in attempts.values() for a in run)
+    ended = [a.termination for run in attempts.values() for a in run if a.termination]
+    failures = sum(map(_results.failed, ended))  # an attempt still running is no failure
+    running = sum(any(a.termination is None for a in run) for run in attempts.values())
     table = Table(title=_t(f"report of study {study}"))
-    for col in ("report", "runs", "completed", "unverified", "failed attempts"):
+    for col in ("report", "runs", "completed", "running", "unverified", "failed attempts"):
         table.add_column(col, overflow="fold")
-    table.add_row(_t(written.path), str(len(runs)), str(completed), str(len(written.unverified)),
-                  str(failures))  # fmt: skip
+    table.add_row(_t(written.path), str(len(runs)), str(completed), str(running),
+                  str(len(written.unverified)), str(failures))  # fmt: skip
     console = _console()
     console.print(table)
     for identity, message in written.unverified.items():

@@ -168,6 +168,9 @@ def twins(
                                    dtype=dtype, compile=compile, gauge_draw=gauge_draw)  # fmt: skip
         check_memory(pairs * len(names) * _twins.PLANNED_RUN_BYTES,
                      f"--pairs {pairs} × {len(names)} optimizer(s)")  # fmt: skip
+        if task == "text":  # a batch's windows alone: index, inputs, targets (int64 [B, n_ctx])
+            check_memory(3 * 8 * base.batch_size * base.model.n_ctx,
+                         f"--batch-size {base.batch_size}")  # fmt: skip
         sweep = _twins.plan(names, base=base, pairs=pairs, merge=merge)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:

@@ -33,6 +33,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
+from gaugelab.errors import naming
 from gaugelab.study.store.db import StoreError
 
 __all__ = [
@@ -153,7 +154,7 @@ def _write_atomic(path: Path, data: bytes, *, exclusive: bool) -> None:
     """
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
-        with open(tmp, "xb") as f:
+        with naming(path), open(tmp, "xb") as f:  # a full disk names the checkpoint file
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -9,8 +9,10 @@ Whatever ends the attempt is recorded as one of the termination classes:
 * ``numerical_failure`` — :class:`gaugelab.NonFiniteError` (a NaN/inf loss, gradient or metric);
 * ``admission_failure`` — the spec was rejected before training (``admit()`` or import raised);
 * ``cancelled`` — ``KeyboardInterrupt``;
-* ``infrastructure_failure`` — anything else (the environment or the code failed). Only these
-  are retried by a sweep, and only when :func:`retryable`.
+* ``infrastructure_failure`` — anything else (the environment or the code failed), and a run
+  whose command was killed (``killed: pid N ended before its run did``: ended by the next
+  command's claim, or by a pool worker whose driver died). Only these are retried by a sweep,
+  and only when :func:`retryable`.
 
 An attempt is opened by :meth:`~gaugelab.study.store.db.RunStore.claim`: a run that a live process
 holds is not attempted (the outcome is ``"held"``), nor one that completed meanwhile
@@ -42,11 +44,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gaugelab.errors import NonFiniteError, disk_full
+from gaugelab.errors import NonFiniteError, disk_full, out_of_memory
 from gaugelab.study.context import RunContext
 from gaugelab.study.spec import ExperimentSpec
 from gaugelab.study.store.db import RunStore
-from gaugelab.study.store.owner import Heartbeat, Owner
+from gaugelab.study.store.owner import KILLED, Heartbeat, Owner
 
 __all__ = [
     "HELD",
@@ -163,8 +165,9 @@ def _summary(exc: BaseException) -> str:
         what = getattr(exc, "filename", None) or "a file of the run"
         return (f"disk full while writing {what} — free space and rerun the same command "
                 f"(completed runs are kept){where}")  # fmt: skip
-    if isinstance(exc, MemoryError):
-        return f"out of memory — a smaller size, or fewer --max-workers{where}"
+    if (asked := out_of_memory(exc)) is not None:
+        asked = f" ({asked})" if asked else ""
+        return f"out of memory{asked} — a smaller size, or fewer --max-workers, then rerun{where}"
     return f"{type(exc).__name__}: {exc}{where}"
 
 
@@ -228,7 +231,9 @@ def execute_run(
         distrust_through: completed attempts up to this ordinal do not count (their artifacts
             failed verification; see :meth:`~gaugelab.study.store.db.RunStore.claim`).
         driver: the process that asked for the run, when it is another one (a sweep's
-            driver): if it dies, the run stops (``cancelled``) and this worker exits.
+            driver): if it dies, the run stops, is recorded as a killed command's run
+            (:func:`~gaugelab.study.store.owner.killed`, as when the run executes in the
+            command's process), and this worker exits.
 
     Returns:
         The attempt's :class:`Outcome` (:data:`HELD` or :data:`REUSED` when no attempt was
@@ -259,15 +264,16 @@ def execute_run(
     except KeyboardInterrupt:
         beat.stop()
         with _sigint_ignored():
-            if beat.stopped is not None and not beat.stopped.startswith("driver"):
+            if beat.orphaned:  # the command was killed: recorded as if the run were in it
+                with contextlib.suppress(ValueError):  # already ended
+                    store.end_attempt(attempt_id, KILLED, beat.stopped or "")
+                os._exit(1)  # nobody waits for this worker
+            if beat.stopped is not None:
                 # another process ended this attempt (it judged its heartbeat stale)
                 return Outcome(identity, ordinal, "infrastructure_failure", beat.stopped)
-            message = beat.stopped or "interrupted"
             with contextlib.suppress(ValueError):  # already ended
-                store.end_attempt(attempt_id, "cancelled", message)
-            if beat.stopped is not None:  # the driver is gone: nobody waits for this worker
-                os._exit(1)
-        raise RunInterrupted(Outcome(identity, ordinal, "cancelled", message)) from None
+                store.end_attempt(attempt_id, "cancelled", "interrupted")
+        raise RunInterrupted(Outcome(identity, ordinal, "cancelled", "interrupted")) from None
     finally:
         beat.stop()
     store.end_attempt(attempt_id, termination, message)

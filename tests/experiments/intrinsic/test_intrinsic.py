@@ -242,3 +242,15 @@ def test_training_runs_torch_adam_without_loading_the_compiler():
         F.cross_entropy(model(x), y).backward()
         opt.step()
     assert got["w"] == [p.detach().flatten().tolist() for p in model.parameters()]
+
+
+def test_the_figure_of_a_study_whose_every_run_failed_draws_no_empty_legend():
+    import warnings
+
+    from gaugelab.experiments.intrinsic.results import IntrinsicResult, figure
+
+    empty = IntrinsicResult(quick_spec(), "s", full=[], states=[], records=[], estimate=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels" on stderr
+        fig = figure(empty)
+    assert fig.axes[0].get_legend() is None

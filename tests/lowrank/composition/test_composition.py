@@ -237,3 +237,30 @@ def test_a_bfloat16_composition_keeps_its_ranks():
     assert 4096 * torch.finfo(torch.bfloat16).eps >= 1  # a bfloat16 tolerance would say rank 0
     comp = compose_static(parts, [0.5, 0.5], check=False)
     assert (comp.rank_b_cat, comp.rank_a_cat, comp.rank_bound, comp.measured_rank) == (16,) * 4
+
+
+def test_parallel_float32_updates_with_factors_of_1e38_are_parallel_in_every_measure():
+    gen = torch.Generator().manual_seed(1)
+    B = (0.5 + torch.rand(16, 3, generator=gen)) * 1e38  # the factor's QR overflows float32
+    A = 0.5 + torch.rand(3, 12, generator=gen)
+    parallel = interference((B, A, 1.0), (B / 4, A, 4.0))  # the same ΔW, written twice
+    assert parallel.cosine == pytest.approx(1.0, abs=1e-6)
+    assert float(parallel.row.min_rank_overlap) == pytest.approx(1.0, abs=1e-5)
+    assert float(parallel.column.min_rank_overlap) == pytest.approx(1.0, abs=1e-5)
+    small = interference((B * 1e-38, A, 1.0), (B * 0.25e-38, A, 4.0))  # in range: unchanged
+    assert float(small.column.min_rank_overlap) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_composing_float32_adapters_with_factors_of_1e38_gives_the_ledger_not_an_eigh_error():
+    base = adapter(1, 2, rslora=False, targets=("q_proj",))
+    (module, part), = base.modules.items()
+    B = (part.B / part.B.abs().max() * 1e38).float()  # its Gram matrix overflows float32
+    record = dataclasses.replace(part.record, dtype="float32")
+    huge = [Adapter({module: AdapterModule(part.A.float(), k * B, record)}, base.config)
+            for k in (1.0, 0.5)]  # the same direction twice, at two magnitudes
+    composed = compose_adapters(huge)
+    (row,) = composed.ledger
+    (pair,) = row.pairs
+    assert pair.cosine == pytest.approx(1.0, abs=1e-6)  # exactly parallel
+    assert row.measured_rank == 2 and row.written_rank == 4
+    assert composed.adapter.modules[module].B.dtype == torch.float32  # written as the sources

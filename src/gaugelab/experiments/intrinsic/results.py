@@ -311,7 +311,8 @@ def figure(result: IntrinsicResult) -> Figure:
         title=f"{result.spec.method.upper()} · {result.spec.family} · {result.spec.problem}",
     )
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="x-small", loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # nothing drawn when every run failed: no legend
+        ax.legend(fontsize="x-small", loc="lower right")
     return fig
 
 

@@ -195,7 +195,11 @@ def pretrain_weights(store: Any, spec: DigitsPretrainSpec) -> dict[str, torch.Te
     if why := store.incomplete(identity):
         raise AdmissionError(
             f"the digits pretrain run {identity[:12]} did not complete: {why}"
-            + ("" if why.startswith("it failed") else "; run_intrinsic_dim runs it first")
+            + (
+                "; the trials run once it completes: mend its cause and rerun the same command"
+                if why.startswith("it failed")
+                else "; run_intrinsic_dim runs it first"
+            )
         )
     return safetensors.torch.load(store.result(identity, "weights").data)
 

@@ -78,6 +78,11 @@ class LoraResult:
         """Runs that ended without completing (the pretrain included; running ones are not)."""
         return [r for r in self.runs if r.failed]
 
+    @property
+    def completed(self) -> list[Candidate]:
+        """The candidates whose run completed: the rows the tables and notes show."""
+        return [c for c in self.candidates if c.state.completed]
+
 
 def _state(store: RunStore, identity: str) -> RunState:
     attempts = store.attempts(identity)
@@ -131,7 +136,8 @@ def _spread(xs: list[float]) -> str:
 
 
 def summary_table(result: LoraResult) -> rep.Table:
-    """Final validation loss of both domains per candidate, against the pretrained model."""
+    """Final validation loss of both domains per candidate that completed, against the
+    pretrained model (its row: once its run completed)."""
     start_target = start_retention = None
     if result.pretrain.curves is not None:
         start_target = result.pretrain.final("target")[0]
@@ -151,8 +157,8 @@ def summary_table(result: LoraResult) -> rep.Table:
             "—",
             result.pretrain.seconds,
         ]
-    ]
-    for c in result.candidates:
+    ] if result.pretrain.state.completed else []  # fmt: skip
+    for c in result.completed:
         target, retention = _mean(c.final("target")), _mean(c.final("retention"))
         rows.append([c.label, c.trainable_parameters, target, delta(target, start_target),
                      retention, delta(retention, start_retention),
@@ -171,12 +177,12 @@ def summary_table(result: LoraResult) -> rep.Table:
 
 
 def curve_table(result: LoraResult, domain: str) -> rep.Table:
-    """The learning curve of ``domain``: mean validation loss per candidate at every check."""
-    steps = next((c.curves.steps for c in result.candidates if c.curves is not None), [])
+    """The learning curve of ``domain``: mean validation loss per candidate that completed, at
+    every check."""
+    steps = next((c.curves.steps for c in result.completed if c.curves is not None), [])
     rows = []
-    for c in result.candidates:
+    for c in result.completed:
         if c.curves is None:
-            rows.append([c.label, *([None] * len(steps))])
             continue
         values = dict(zip(c.curves.steps, getattr(c.curves, domain), strict=True))
         rows.append([c.label, *(_mean(values[s]) if s in values else None for s in steps)])
@@ -224,7 +230,7 @@ def notes(result: LoraResult) -> list[str]:
         return []
     t0, r0 = result.pretrain.final("target")[0], result.pretrain.final("retention")[0]
     lines = []
-    for c in result.candidates:
+    for c in result.completed:
         t, r = _mean(c.final("target")), _mean(c.final("retention"))
         if t is None or r is None or not (math.isfinite(t) and math.isfinite(r)):
             continue

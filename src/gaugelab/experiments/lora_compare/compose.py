@@ -26,7 +26,7 @@ from gaugelab.experiments.lora.sources import check_base_shapes as _check_source
 from gaugelab.experiments.lora_compare.sources import losses, merged_model, target_batches
 from gaugelab.lowrank.composition.adapters import ModuleLedger, compose_adapters
 from gaugelab.lowrank.composition.ledger import interference, staged_expansion_report
-from gaugelab.lowrank.spectra.factored import work_dtype
+from gaugelab.lowrank.spectra.factored import factor_work_dtype
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["ComposeResult", "OutputInterference", "check_base_shapes", "compose_lora"]
@@ -231,7 +231,7 @@ def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -
     for m in modules:
         present = [j for j, a in enumerate(adapters) if m in a.modules]  # type: ignore[union-attr]
         parts = [adapters[j].modules[m] for j in present]  # type: ignore[union-attr]
-        work = work_dtype(parts[0].A.dtype)  # as compose_adapters: the same tolerances
+        work = factor_work_dtype(*(X for p in parts for X in (p.B, p.A)))  # as compose_adapters
         stages = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]
         report = staged_expansion_report(stages, [weights[j] for j in present],
                                          with_bases=False)  # fmt: skip

@@ -83,6 +83,11 @@ class LoraTwinsResult:
         """Runs that ended without completing (running ones are not failures)."""
         return [r.state for r in self.rows if r.state.failed]
 
+    @property
+    def completed(self) -> list[LoraTwinRow]:
+        """The optimizers whose run completed: the rows the tables show."""
+        return [r for r in self.rows if r.state.completed]
+
 
 def collect(store: RunStore, study: str) -> LoraTwinsResult:
     """The :class:`LoraTwinsResult` of a ``lora-twins`` study, from the store.
@@ -117,7 +122,7 @@ def summary_table(result: LoraTwinsResult) -> rep.Table:
     floor)."""
     T = _last(result)
     rows = []
-    for r in result.rows:
+    for r in result.completed:
         cells: list[Any] = [r.optimizer, r.lr]
         for twin in GAUGE_TWINS:
             verdict = r.verdicts.get(twin, (r.state.termination, ""))[0]
@@ -166,7 +171,7 @@ def series_table(result: LoraTwinsResult, metric: str, title: str) -> rep.Table:
     """One metric of every twin per optimizer at every checkpoint."""
     steps = list(result.spec.checkpoints)
     rows = []
-    for r in result.rows:
+    for r in result.completed:
         for twin in TWINS:
             rows.append([r.optimizer, twin, *(r.at(f"{twin}/{metric}", s) for s in steps)])
     return rep.Table(
@@ -230,7 +235,7 @@ def notes(result: LoraTwinsResult) -> list[str]:
     """One line per optimizer and gauge twin: the verdict and why; per optimizer the update
     angles against the noise twin's."""
     lines = []
-    for r in result.rows:
+    for r in result.completed:
         for twin, (verdict, why) in r.verdicts.items():
             label = "GL(r) twin" if twin == "gauge" else "scalar twin"
             lines.append(f"{r.optimizer}, {label}: {verdict} — {why}")

@@ -95,6 +95,11 @@ class TwinsResult:
         return {**self.spec, "optimizers": optimizers, "pairs": pairs, "twin": twin}
 
     @property
+    def completed(self) -> list[TwinRow]:
+        """The runs that completed, their files verified: the rows the tables show."""
+        return [r for r in self.rows if r.termination == "completed"]
+
+    @property
     def failures(self) -> list[TwinRow]:
         """Runs that ended without completing (as rows: identity, termination, message);
         running ones are not failures."""

@@ -29,13 +29,14 @@ def _steps(final: int) -> list[int]:
 
 
 def distance_table(result: TwinsResult) -> rep.Table:
-    """The protocol's table: every twin's logit distance at steps 1, 10, 100 and the last."""
+    """The protocol's table: every twin's logit distance at steps 1, 10, 100 and the last, for
+    every run that completed (the others are the failures)."""
     steps = _steps(result.steps)
     columns = ["rule", "twin", *(f"step {s}" for s in steps), "QK drift", "val acc"]
     body = [
         [row.label, kind, *(_fmt(by_step.get(s)) for s in steps), _fmt(row.qk_drift.get(kind)),
          f"{row.val_accuracy.get(kind, float('nan')):.3f}"]
-        for row in result.rows
+        for row in result.completed
         for kind, by_step in row.distances.items()
     ]  # fmt: skip
     return rep.Table(
@@ -47,7 +48,7 @@ def distance_table(result: TwinsResult) -> rep.Table:
 
 def merge_table(result: TwinsResult) -> rep.Table | None:
     """Validation loss / accuracy of base, twin and the two averages (``merge`` runs only)."""
-    merged = [r for r in result.rows if r.merge]
+    merged = [r for r in result.completed if r.merge]
     if not merged:
         return None
     models = ("base", "twin", "aligned", "unaligned")
@@ -93,8 +94,8 @@ def tables(result: TwinsResult) -> list[rep.Table]:
 
 
 def verdict_lines(result: TwinsResult) -> list[str]:
-    """``<rule>: <verdict> — <explanation>`` for every run."""
-    return [f"{row.label}: {row.verdict} — {row.explanation}" for row in result.rows]
+    """``<rule>: <verdict> — <explanation>`` for every run that completed."""
+    return [f"{row.label}: {row.verdict} — {row.explanation}" for row in result.completed]
 
 
 def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:

@@ -16,7 +16,7 @@ import torch
 
 from gaugelab.adapters import Adapter, AdapterConfig, AdapterModule
 from gaugelab.lowrank.composition.ledger import compose_static, compress, interference
-from gaugelab.lowrank.spectra.factored import work_dtype
+from gaugelab.lowrank.spectra.factored import factor_work_dtype
 from gaugelab.models.lora import FactorRecord
 
 __all__ = ["COMPOSITION_FILE", "DENSE_CHECK_LIMIT", "METHODS", "ComposedAdapter", "ModuleLedger",
@@ -219,7 +219,8 @@ def compose_adapters(
             )
         lam = [float(weights[j]) for j in idx]
         m, n, dtype = kinds[0]
-        work = work_dtype(dtype)  # half precision: float32, in which LAPACK runs anyway
+        # half precision: float32, in which LAPACK runs anyway; far out of range: float64
+        work = factor_work_dtype(*(X for p in parts for X in (p.B, p.A)))
         factors = [(p.B.to(work), p.A.to(work), p.scale) for p in parts]
         comp = compose_static(factors, lam, rtol=rtol, check=m * n <= DENSE_CHECK_LIMIT)
         B, A, residual = comp.B, comp.A, 0.0

@@ -83,6 +83,29 @@ def _unit(w: Update) -> tuple[Update, float]:
     return Update(None, B, A, math.copysign(1.0, scale) if scale else 0.0), magnitude * abs(scale)
 
 
+_SAFE = 2.0**32  # factors whose peaks lie within [1/_SAFE, _SAFE] are compared unchanged
+
+
+def _in_range(w: Update) -> object:
+    """``w`` as :func:`as_update` reads it, for the span comparison: unchanged when its factors'
+    peak magnitudes lie within ``[2⁻³², 2³²]``; otherwise each factor (or the dense update)
+    multiplied by a power of two that brings its peak into ``[½, 1)`` and the scale reduced to
+    its sign and mantissa — the same spans (a positive multiple of the update), exactly scaled,
+    with no product overflowing (factors of ``1e38`` in float32)."""
+
+    def down(X: torch.Tensor) -> torch.Tensor:
+        peak = float(X.abs().max()) if X.numel() else 0.0
+        return X if peak == 0 or not math.isfinite(peak) else X * 2.0 ** -math.frexp(peak)[1]
+
+    parts = [w.dense] if w.dense is not None else [w.B, w.A]
+    peaks = [float(X.abs().max()) for X in parts if X is not None and X.numel()]
+    if all(1 / _SAFE <= p <= _SAFE for p in peaks if p > 0):
+        return w.dense if w.dense is not None else (w.B, w.A, w.scale)
+    if w.dense is not None:
+        return down(w.dense)
+    return down(w.B), down(w.A), math.frexp(float(w.scale))[0]  # type: ignore[arg-type]
+
+
 def _inner_products(u: Update, v: Update) -> tuple[float, float, float, float]:
     """``‖ΔW_u‖²``, ``‖ΔW_v‖²``, ``⟨ΔW_u, ΔW_v⟩_F`` and their cosine, in float64 from the
     unit-peak factors (:func:`_unit`); the cosine from the unit products, so it is exact
@@ -136,7 +159,7 @@ def interference(
     u, v = as_update(delta_1, func, "delta_1"), as_update(delta_2, func, "delta_2")
     if u.batch or v.batch or u.shape != v.shape:
         raise ValueError(f"{func}: updates of shapes {u.shape} and {v.shape}; allowed: one [m, n]")
-    spans = compare_updates(delta_1, delta_2, policy=policy, rtol=rtol, rho=rho,
+    spans = compare_updates(_in_range(u), _in_range(v), policy=policy, rtol=rtol, rho=rho,
                             factor_spans=False)  # only the update spans are reported
     n1, n2, inner, cosine = _inner_products(u, v)
     if u.dense is None and v.dense is None:  # the sum as concatenated factors, B A unformed

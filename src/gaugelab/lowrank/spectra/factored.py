@@ -19,6 +19,7 @@ __all__ = [
     "check_rank",
     "default_rtol",
     "factor_roundoff",
+    "factor_work_dtype",
     "factored_svd",
     "scaled",
     "unbatched",
@@ -158,6 +159,19 @@ def work_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype a decomposition of ``dtype`` tensors runs in: its own for float32 / float64,
     float32 for float16 / bfloat16 (LAPACK has no half precision)."""
     return dtype if dtype in _LAPACK_DTYPES else torch.float32
+
+
+def factor_work_dtype(*factors: torch.Tensor) -> torch.dtype:
+    """The dtype a composition of ``factors`` (one dtype) runs in: :func:`work_dtype`, or
+    float64 when a factor's largest magnitude lies outside ``[2⁻³², 2³²]`` — its Gram matrix
+    (``Bᵀ B``) could then leave float32's range (factors of ``1e38``), and float64 holds it.
+    Factors within that range run as before."""
+    work = work_dtype(factors[0].dtype)
+    for X in factors:
+        peak = float(X.abs().max()) if X.numel() else 0.0
+        if peak and not 2.0**-32 <= peak <= 2.0**32:
+            return torch.float64
+    return work
 
 
 def _record(method: str, backend: str, input_dtype: torch.dtype, X: torch.Tensor) -> SvdRecord:

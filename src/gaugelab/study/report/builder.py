@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2  # only a report needs it; the CLI imports this module for Table
 
+from gaugelab.errors import naming
 from gaugelab.study.report.figures import (
     PNG_DPI,
     PNG_SIGNATURE,
@@ -339,7 +340,7 @@ def write_report(report: StudyReport, directory: str | Path, *, overwrite: bool 
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.html"
     try:
-        with open(path, "w" if overwrite else "x", encoding="utf-8") as handle:
+        with naming(path), open(path, "w" if overwrite else "x", encoding="utf-8") as handle:
             handle.write(html)
     except FileExistsError:
         raise FileExistsError(

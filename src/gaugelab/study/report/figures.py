@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gaugelab._lazy import LazyModule
+from gaugelab.errors import naming
 
 np = LazyModule("numpy")
 _mpl = LazyModule("matplotlib")
@@ -118,7 +119,7 @@ def save_figure(
     try:
         for path, data in ((png_path, png_bytes), (svg_path, svg_bytes)):
             try:
-                with open(path, "xb") as handle:
+                with naming(path), open(path, "xb") as handle:
                     written.append(path)
                     handle.write(data.getvalue())
             except FileExistsError:

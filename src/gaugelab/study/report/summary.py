@@ -6,7 +6,8 @@ experiment: the study's spec, one :class:`~gaugelab.study.report.builder.RunSumm
 (labelled
 by the spec fields that vary across the study's runs), a table of final metrics, one figure per
 metric family (value against step, one line per run), and every attempt that did not complete,
-with its termination class (including attempts that a retry later completed). Experiments add
+with its termination class (including attempts that a retry later completed; an attempt still
+running, its process alive, is none of them). Experiments add
 their own tables, figures and notes through the keyword arguments.
 :func:`write_study_report` saves the figures and the self-contained HTML page, never
 overwriting anything. Every string taken from the store is escaped when the page is rendered.
@@ -171,12 +172,14 @@ def _failures(store: RunStore, runs: Sequence[RunRow]) -> list[Failure]:
     for run in runs:
         attempts = store.attempts(run.identity)
         completed = [a.ordinal for a in attempts if a.termination == "completed"]
+        holder = store.holder(run.identity)  # an open attempt whose process is alive
         for a in attempts:
-            if a.termination == "completed":
-                continue
+            if a.termination == "completed" or (holder is not None and a.id == holder.id):
+                continue  # a running attempt is no failure (the runs table lists it as open)
             termination = a.termination or "open"
             message = a.message or (
-                "no termination recorded: still running, or its process died"
+                "no termination recorded: its process is gone (killed); the next run of the "
+                "same command records it and resumes"
                 if a.termination is None
                 else ""
             )
@@ -303,7 +306,8 @@ def study_report(
         run (status = the latest attempt's termination class, ``"open"`` while it runs, or
         ``"not started"``; final values of up to :data:`MAX_SUMMARY_METRICS` metrics), the
         final-metrics and attempts tables, the figures (log y axis when every value is positive
-        and they span more than two decades), and every attempt that did not complete.
+        and they span more than two decades), and every attempt that did not complete (an
+        attempt still running is not one: the attempts table lists it as ``open``).
 
     Raises:
         ValueError: ``study`` is not in the store (the message lists the known studies).

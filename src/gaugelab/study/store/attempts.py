@@ -7,7 +7,7 @@ ended exactly once (the SQL triggers allow nothing else but its heartbeat).
 
 :meth:`AttemptClaims.claim` decides in one ``BEGIN IMMEDIATE`` transaction: an open attempt
 whose owner is alive (:mod:`gaugelab.study.store.owner`) holds the run — nothing is opened; an open
-attempt whose owner is gone is ended as ``infrastructure_failure`` ("owner pid N gone",
+attempt whose owner is gone is ended as ``infrastructure_failure`` ("killed: pid N …",
 "heartbeat stale …"); a run that completed is not attempted again; otherwise a new attempt is
 opened, owned by this process, with the next ordinal.
 """
@@ -207,7 +207,8 @@ class AttemptClaims:
         Returns:
             A :class:`Claim`: the new attempt's id and ordinal, or the live holder, or the
             completed attempt. Either way, open attempts of gone owners were ended first as
-            ``infrastructure_failure`` with ``"owner pid N gone"`` or ``"heartbeat stale …"``.
+            ``infrastructure_failure`` with ``"killed: pid N ended before its run did"`` or
+            ``"heartbeat stale …"``.
 
         Raises:
             ValueError: the run is not registered.
@@ -250,7 +251,7 @@ class AttemptClaims:
             identity: the run.
             termination: the class to record (a sweep records its own interrupted runs'
                 abandoned attempts as ``cancelled``).
-            note: appended to the reason (``"owner pid N gone"``, ``"heartbeat stale …"``).
+            note: appended to the reason (``"killed: pid N …"``, ``"heartbeat stale …"``).
 
         Returns:
             The attempts ended, as they were before.

@@ -6,12 +6,19 @@ elsewhere). While an attempt trains, a :class:`Heartbeat` thread of its owner re
 row's ``heartbeat_at`` every :data:`HEARTBEAT_SECONDS`. Another process judges the owner:
 
 * on the same host, by its pid: gone (or a zombie, or a different process under the same pid)
-  means the attempt is abandoned — ``"owner pid N gone"``;
+  means the attempt is abandoned — :func:`killed`: ``"killed: pid N ended before its run did"``;
 * on another host, by its heartbeat: older than :data:`STALE_SECONDS` means abandoned —
   ``"heartbeat stale"`` (the hosts' clocks are assumed to agree to well within that).
 
 In the owning process itself an attempt is alive exactly while this process holds it
 (:func:`hold` … :func:`release`, done by the store when it opens and ends an attempt).
+
+A command that is killed (``kill -9``, the out-of-memory killer, a closed session) leaves its
+runs' attempts open. Whether a run executed in the command's own process (the next command
+ends its attempt) or in a pool worker (the worker sees its driver gone and ends it), the attempt
+is recorded alike: ``infrastructure_failure`` with :func:`killed`'s message, naming the process
+that died. Stores written before kept ``owner pid N gone``, or ``cancelled`` with ``driver pid N
+gone``; :func:`as_recorded` reads those in today's form.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import _thread
 import contextlib
 import functools
 import os
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -29,12 +37,15 @@ from typing import Any
 
 __all__ = [
     "HEARTBEAT_SECONDS",
+    "KILLED",
     "STALE_SECONDS",
     "Heartbeat",
     "Owner",
+    "as_recorded",
     "gone",
     "hold",
     "holding",
+    "killed",
     "now_iso",
     "release",
     "this_process",
@@ -46,6 +57,38 @@ HEARTBEAT_SECONDS = 5.0
 STALE_SECONDS = 60.0
 """How old the heartbeat of an owner on another host may be before its attempt is abandoned
 (seconds; twelve missed heartbeats)."""
+
+
+KILLED = "infrastructure_failure"
+"""The termination class of an attempt whose process was killed (in-process or in a pool)."""
+
+
+def killed(pid: int) -> str:
+    """The one message of an attempt whose process ended without ending it: the command's
+    process (runs executed in it, or a pool's driver) or a pool worker, named by ``pid``."""
+    return f"killed: pid {pid} ended before its run did"
+
+
+_OLD_OWNER = re.compile(r"owner pid (\d+) gone(.*)", re.DOTALL)
+_OLD_DRIVER = re.compile(r"driver pid (\d+) gone(.*)", re.DOTALL)
+
+
+def as_recorded(termination: str | None, message: str) -> tuple[str | None, str]:
+    """An attempt's ``(termination, message)`` in today's form.
+
+    Stores written before the one class for a killed command recorded the same event as
+    ``infrastructure_failure`` / ``"owner pid N gone…"`` (runs in the command's process) or
+    ``cancelled`` / ``"driver pid N gone"`` (a pool's worker whose driver was killed); both read
+    as :data:`KILLED` with :func:`killed`'s message (what follows the pid kept). Other rows are
+    returned unchanged.
+    """
+    driver = _OLD_DRIVER.fullmatch(message) if termination == "cancelled" else None
+    if driver is not None:
+        return KILLED, killed(int(driver.group(1))) + driver.group(2)
+    owner = _OLD_OWNER.fullmatch(message) if termination is not None else None
+    if owner is not None:  # the class is kept (a Ctrl-C'd worker stopped by force: cancelled)
+        return termination, killed(int(owner.group(1))) + owner.group(2)
+    return termination, message
 
 
 def now_iso() -> str:
@@ -154,19 +197,19 @@ def gone(
         now: the time to judge a heartbeat against (default: now, UTC).
 
     Returns:
-        ``None``, ``"owner pid N gone"`` (same host: no such process, a zombie, or another
+        ``None``, :func:`killed` (same host: no such process, a zombie, or another
         process under the same pid) or ``"heartbeat stale (…)"`` (another host, or an unknown
         one: no heartbeat within :data:`STALE_SECONDS`).
     """
     me = this_process()
     if owner.host and owner.host == me.host:
         if owner.pid == me.pid and owner.started == me.started:
-            return None if holding(store, attempt_id) else f"owner pid {owner.pid} gone"
+            return None if holding(store, attempt_id) else killed(owner.pid)
         alive = _pid_alive(owner.pid)
         if alive and owner.started:
             started = process_start(owner.pid)
             alive = not started or started == owner.started
-        return None if alive else f"owner pid {owner.pid} gone"
+        return None if alive else killed(owner.pid)
     last = _parse(heartbeat_at)
     age = ((now or datetime.now(UTC)) - last).total_seconds() if last is not None else None
     if age is not None and age <= STALE_SECONDS:
@@ -186,8 +229,9 @@ class Heartbeat:
             this host; ``None``: nobody to watch.
         interval: seconds between heartbeats (default :data:`HEARTBEAT_SECONDS`).
 
-    When the driver is gone, or the attempt was ended by another process, :attr:`stopped` says
-    why and the main thread receives ``KeyboardInterrupt`` (the run stops as ``cancelled``).
+    When the driver is gone (:attr:`orphaned`; :attr:`stopped` is :func:`killed` of the driver,
+    recorded as :data:`KILLED`), or the attempt was ended by another process, :attr:`stopped`
+    says why and the main thread receives ``KeyboardInterrupt``.
     Store errors in the thread are ignored (the next beat tries again).
     """
 
@@ -203,6 +247,7 @@ class Heartbeat:
         self._interval = interval
         self._stop = threading.Event()
         self.stopped: str | None = None
+        self.orphaned = False
         self._thread = threading.Thread(target=self._loop, name="gaugelab-heartbeat", daemon=True)
 
     def start(self) -> Heartbeat:
@@ -222,7 +267,8 @@ class Heartbeat:
         if driver.pid == os.getpid():
             return None
         reason = gone(driver, None)
-        return None if reason is None else f"driver {reason.removeprefix('owner ')}"
+        self.orphaned = reason is not None
+        return reason
 
     def _loop(self) -> None:
         store = None

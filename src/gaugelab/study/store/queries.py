@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gaugelab.study.spec import Manifest
+from gaugelab.study.store.owner import as_recorded
 from gaugelab.study.store.seals import MetricsTampered, check_sealed, file_sha256
 from gaugelab.study.store.storefile import StoreError
 
@@ -54,7 +55,9 @@ class AttemptRow:
     0 for attempts recorded before owners were kept); ``heartbeat_at`` is its owner's latest
     heartbeat while it trained (ISO 8601, UTC); ``metrics_digest`` seals the metric rows it
     logged, recorded when it ended (:func:`metrics_digest`; ``None`` while open, and for
-    attempts that ended before stores kept it).
+    attempts that ended before stores kept it). An attempt of a killed command that an older
+    store recorded in another form reads as today's
+    (:func:`~gaugelab.study.store.owner.as_recorded`).
     """
 
     id: int
@@ -70,6 +73,11 @@ class AttemptRow:
     owner_started: str = ""
     heartbeat_at: str | None = None
     metrics_digest: str | None = None
+
+    def __post_init__(self) -> None:  # an older store's killed attempt reads as today's
+        termination, message = as_recorded(self.termination, self.message)
+        object.__setattr__(self, "termination", termination)
+        object.__setattr__(self, "message", message)
 
 
 @dataclass(frozen=True)
