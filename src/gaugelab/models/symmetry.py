@@ -41,7 +41,9 @@ class HeadGauge:
     """A gauge acting per layer and per key/value group of heads.
 
     Attributes:
-        config: the architecture.
+        config: the architecture: a :class:`TransformerConfig`, or any layout with its
+            ``n_layers``, ``kv_heads``, ``d_head`` and ``group_size`` (a Hugging Face model's
+            :class:`gaugelab.models.hf_symmetry.HFAttention`).
         groups: ``groups[layer][g]``: the group acting on key/value group ``g`` of ``layer``
             (query heads ``g·s … g·s + s − 1`` with ``s = n_heads / n_key_value_heads``).
     """
