@@ -115,7 +115,8 @@ def make_hf_twins(
         kinds: the twins to build, e.g. ``("gauge", "identity", "noise")``.
         gauge_seed: seeds the gauge draw (one element per layer and key/value group).
         noise_seed, noise_scale: the noise twin (:func:`perturb_hf_qk`).
-        gauge_draw: ``"reference"`` or ``"haar"`` (:func:`gaugelab.equivariance.twins.gauge_elements`).
+        gauge_draw: ``"reference"`` or ``"haar"``
+            (:func:`gaugelab.equivariance.twins.gauge_elements`).
 
     Raises:
         ValueError: an unknown ``gauge_draw``.
