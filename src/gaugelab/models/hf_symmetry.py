@@ -266,14 +266,7 @@ def apply_hf_gauge(
     Source: singh2026lossbasis, §6.
     """
     D, s = layout.d_head, layout.group_size
-    expected = (layout.n_layers, layout.kv_heads, D, D)
-    for field in ("qk", "ov"):
-        A = getattr(elements, field)
-        if A is not None and tuple(A.shape) != expected:
-            raise ValueError(
-                f"apply_hf_gauge: elements.{field} has shape {tuple(A.shape)}; allowed: "
-                f"{expected} [n_layers, n_key_value_heads, d_head, d_head]"
-            )
+    elements.check_heads(layout, "apply_hf_gauge")
     if elements.mlp is not None:
         raise ValueError("apply_hf_gauge: elements.mlp is set; allowed: qk and ov elements only")
     target = model if inplace else copy.deepcopy(model)
