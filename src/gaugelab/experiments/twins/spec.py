@@ -101,7 +101,8 @@ class TwinSpec(BaseModel):
     kind: ClassVar[str] = "twins"
 
     model: TransformerConfig = Field(
-        default_factory=twin_model_config, description="The Transformer (docs/protocols.md §5)."
+        default_factory=twin_model_config,
+        description="The Transformer (docs/protocols.md §5); not read when `hf` is set.",
     )
     task: Literal["modular", "text"] = Field(
         "modular", description="modular: full-batch addition mod `modulus`; text: characters."
