@@ -4,6 +4,7 @@ again; bad options are one-line errors that name the option."""
 import pytest
 from typer.testing import CliRunner
 
+from gaugelab._lazy import LazyModule
 from gaugelab.cli.app import app
 from gaugelab.errors import NonFiniteError
 
@@ -201,3 +202,34 @@ def test_a_failed_run_is_not_a_row_its_failure_says_what_to_do_and_the_exit_is_3
         "gives the same outcome)" in flat
     assert lines[-1] == "1 run did not complete (above, each with its cause); the tables hold " \
         "what completed"
+
+
+def test_a_hugging_face_model_runs_the_same_table_and_verdicts(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    folder = tmp_path / "llama"
+    transformers.LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                             intermediate_size=32, vocab_size=256, max_position_embeddings=16,
+                             bos_token_id=0, eos_token_id=0).save_pretrained(folder)  # fmt: skip
+    result = invoke("--model", folder / "config.json", "--steps", "2", "--block-size", "16",
+                    "--batch-size", "8", "--optimizers", "adam",
+                    "--store", tmp_path / "s.sqlite")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert f"llama from {folder / 'config.json'} (a random init, bytes)" in result.output
+    identity_row = next(line for line in result.output.splitlines() if "identity" in line)
+    assert identity_row.split("│")[3].strip() == "0"
+    assert "adam: basis-sensitive" in result.output
+
+
+def test_model_refusals_are_one_line(tmp_path, monkeypatch):
+    missing = invoke("--model", tmp_path / "nowhere")
+    assert missing.exit_code == 2
+    assert (
+        missing.output.strip().startswith("error: model: ") and "does not exist" in missing.output
+    )
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2"}')
+    monkeypatch.setattr("gaugelab.models.hf.transformers", LazyModule("gaugelab_no_such_module"))
+    absent = invoke("--model", tmp_path)
+    assert absent.exit_code == 2
+    assert absent.output.strip() == (
+        "error: Hugging Face model folders need transformers: pip install 'gaugelab[hf]'"
+    )

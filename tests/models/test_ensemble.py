@@ -5,6 +5,7 @@ from copy import deepcopy
 
 import pytest
 import torch
+from torch import nn
 
 from gaugelab.determinism import deterministic
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
@@ -330,3 +331,29 @@ def test_compiled_ensemble_matches_eager_and_keeps_identical_members_bitwise():
 def test_compile_needs_a_vectorized_ensemble():
     with pytest.raises(ValueError, match="compile=True needs a vectorized"):
         Ensemble(members(2), vectorize=False, compile=True)
+
+
+class _Tied(nn.Module):
+    """An embedding whose transpose is the output layer (one parameter, two modules)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = nn.Embedding(7, 5, dtype=torch.float64)
+        self.head = nn.Linear(5, 7, bias=False, dtype=torch.float64)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.embed(tokens)))
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_tied_parameters_stay_tied_in_the_ensemble(vectorize):
+    members = [_Tied(0), _Tied(1)]
+    ensemble = Ensemble(members, vectorize=vectorize)
+    assert ensemble.names == ["embed.weight"]
+    tokens = torch.tensor([[0, 3, 6], [2, 2, 5]])
+    out = ensemble(tokens)
+    for e, member in enumerate(members):  # the loop is exact; vmap batches the matmuls
+        ref = member(tokens)
+        assert float((out[e] - ref).abs().max()) <= 1e-13 * float(ref.abs().max())

@@ -25,7 +25,8 @@ _twins_views = LazyModule("gaugelab.experiments.twins.views")
 
 OPTIONS = {"steps": "--steps", "dtype": "--dtype", "batch_size": "--batch-size",
            "optimizer": "--optimizers", "compile": "--compile",
-           "gauge_draw": "--gauge-draw"}  # fmt: skip
+           "gauge_draw": "--gauge-draw", "block_size": "--block-size",
+           "merge": "--merge"}  # fmt: skip
 """TwinSpec fields → the options that set them (for its error messages)."""
 
 
@@ -39,6 +40,15 @@ def _cxx_compiler() -> str | None:
     """The C++ compiler torch.compile's CPU backend would find, or None."""
     named = os.environ.get("CXX")
     return shutil.which(named) if named else shutil.which("g++") or shutil.which("clang++")
+
+
+def _model_clause(base: Any) -> str:
+    """``, <model_type> from PATH (weights, tokens)`` for a Hugging Face run, else ``""``."""
+    hf = base.hf
+    if hf is None:
+        return ""
+    weights = "its weights" if hf.weights == "checkpoint" else "a random init"
+    return f", {hf.model_type} from {hf.path} ({weights}, {hf.tokens})"
 
 
 def twins(
@@ -79,6 +89,16 @@ def twins(
         typer.Option(help="UTF-8 text for --task text (default: the packaged tiny-shakespeare)."),
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Minibatch size of --task text.")] = 32,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help="A local Hugging Face model folder or its config.json (GPT-2, GPT-NeoX, "
+            "Llama, Mistral, Qwen2; weights from the folder's safetensors, else a random init "
+            "from the config; nothing is downloaded): its twins train on the packaged "
+            "tiny-shakespeare through its tokenizer, or as bytes. Needs gaugelab[hf]."
+        ),
+    ] = None,
+    block_size: Annotated[int, typer.Option(help="Tokens per training window with --model.")] = 64,
     threads: Annotated[
         int,
         typer.Option(
@@ -141,7 +161,17 @@ def twins(
             raise ValueError(
                 f"--optimizers {', '.join(unknown)}; allowed: {', '.join(_twins.twin_optimizers())}"
             )
-        if task == "text":
+        if model is not None:
+            if text is not None:
+                raise ValueError(
+                    f"--text {text} is not read with --model (the packaged "
+                    "tiny-shakespeare through the model's tokenizer, or bytes)"
+                )
+            n = (_twins.QUICK_STEPS if quick else 300) if steps is None else steps
+            base = _twins.hf_twin(model, steps=n, block_size=block_size, dtype=dtype,
+                                  batch_size=batch_size, compile=compile,
+                                  gauge_draw=gauge_draw)  # fmt: skip
+        elif task == "text":
             try:
                 base = _twins.text_twin(
                     text, steps=(100 if quick else 300) if steps is None else steps, dtype=dtype,
@@ -173,13 +203,13 @@ def twins(
                          f"--batch-size {base.batch_size}")  # fmt: skip
         sweep = _twins.plan(names, base=base, pairs=pairs, merge=merge)
         total = len(sweep.specs())
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ImportError) as exc:
         raise fail(exc, OPTIONS) from None
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     header = (
         f"{total} twin run(s) ({', '.join(names)} × {pairs} pair(s)), {base.steps} step(s) each, "
-        f"{base.dtype}, {base.gauge_draw} gauge draw{', compiled' if base.compile else ''}; "
-        f"store {store}"
+        f"{base.dtype}, {base.gauge_draw} gauge draw{', compiled' if base.compile else ''}"
+        f"{_model_clause(base)}; store {store}"
     )
     outcome = run_with_bars(
         console, header, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
@@ -193,7 +223,7 @@ def twins(
         )
     ]
     print_outcome(console, outcome, _twins.tables(outcome.result), notes=verdicts, label_columns=2)
-    if not quick or task != "modular" or steps is not None:
+    if not quick or task != "modular" or steps is not None or model is not None:
         return
     more = [hint for hint, used in (("--dtype float64 for the float64 check", dtype == "float64"),
                                     ("--pairs 3 for more init × gauge draws", pairs > 1),

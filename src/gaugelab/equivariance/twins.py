@@ -17,7 +17,7 @@ Source: singh2026lossbasis, §6 (twin protocol); docs/protocols.md §5.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -33,9 +33,11 @@ from gaugelab.gauge import Orthogonal
 from gaugelab.linalg.random import qr_orthogonal
 from gaugelab.models import Ensemble, Transformer, TransformerConfig
 from gaugelab.models.heads import ov_invariants, qk_invariants
-from gaugelab.models.symmetry import GaugeElements, apply_gauge, head_gauge
+from gaugelab.models.symmetry import GaugeElements, HeadGauge, apply_gauge, head_gauge
 
 TwinKind = Literal["gauge", "identity", "noise"]
+Invariants = Callable[[Mapping[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+"""Stacked parameters → every member's (QK, OV) head invariants ``[E, L, H, d, d]``."""
 GaugeDraw = Literal["reference", "haar"]
 GAUGE_DRAWS: tuple[GaugeDraw, ...] = ("reference", "haar")
 
@@ -93,6 +95,7 @@ def gauge_elements(
     seed: int,
     dtype: torch.dtype,
     draw: GaugeDraw = "reference",
+    gauge: HeadGauge | None = None,
 ) -> torch.Tensor:
     """The gauge twin's head elements: one per layer and key/value group, drawn in sequence.
 
@@ -117,9 +120,11 @@ def gauge_elements(
         seed: seeds the one generator of the draw.
         dtype: real floating dtype of the elements (the model's).
         draw: ``"reference"`` or ``"haar"``.
+        gauge: the head gauge to draw from; ``None``: ``head_gauge(config)`` (a Hugging Face
+            model passes :func:`gaugelab.models.hf_symmetry.hf_head_gauge`).
 
     Returns:
-        ``[n_layers, n_key_value_heads, d_head, d_head]`` elements of ``head_gauge(config)``.
+        ``[n_layers, n_key_value_heads, d_head, d_head]`` elements of the gauge.
 
     Raises:
         ValueError: ``draw`` is neither ``"reference"`` nor ``"haar"``.
@@ -127,7 +132,7 @@ def gauge_elements(
     Source: singh2026lossbasis, §6 (the gauge twin); docs/protocols.md §5.
     """
     _check_draw(draw)
-    gauge = head_gauge(config)
+    gauge = head_gauge(config) if gauge is None else gauge
     generator = torch.Generator().manual_seed(seed)
     if draw == "haar":
         return gauge.sample(generator, dtype)
@@ -221,9 +226,22 @@ def make_twins(
 
 
 def measure_twins(
-    ensemble: Ensemble, names: Sequence[str], data: TwinData, config: TransformerConfig
+    ensemble: Ensemble,
+    names: Sequence[str],
+    data: TwinData,
+    config: TransformerConfig | None,
+    *,
+    invariants: Invariants | None = None,
 ) -> dict[str, float]:
     """Every member's loss and accuracy, and every twin's distances to the base.
+
+    Args:
+        ensemble, names: the members and their names (base first).
+        data: the task.
+        config: the members' architecture (read when ``invariants`` is None).
+        invariants: ``params → (qk, ov)``, each ``[E, L, H, d_model, d_model]``, from the
+            ensemble's stacked parameters; ``None``: :func:`~gaugelab.models.heads.qk_invariants`
+            and :func:`~gaugelab.models.heads.ov_invariants` of ``config``.
 
     Returns:
         metric name → value (see :class:`TwinResult` for the names); distances are relative
@@ -242,8 +260,11 @@ def measure_twins(
                 metrics[f"{name}/{split}_accuracy"] = float(acc)
         val_logits = logits
         params = ensemble.stacked_parameters()
-        qk, ov = qk_invariants(params, config), ov_invariants(params, config)  # [E, L, H, d, d]
-        heads = [(a, b) for a in range(config.n_layers) for b in range(config.n_heads)]
+        if invariants is None:
+            qk, ov = qk_invariants(params, config), ov_invariants(params, config)
+        else:
+            qk, ov = invariants(params)  # [E, L, H, d, d]
+        heads = [(a, b) for a in range(qk.shape[1]) for b in range(qk.shape[2])]
         for e, name in enumerate(names[1:], start=1):
             metrics[f"{name}/logit_distance"] = float(
                 relative_distance(val_logits[e], val_logits[0])
@@ -262,6 +283,7 @@ def measure_twins(
 __all__ = [
     "GAUGE_DRAWS",
     "GaugeDraw",
+    "Invariants",
     "TwinData",
     "TwinKind",
     "TwinResult",

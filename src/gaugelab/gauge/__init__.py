@@ -1,6 +1,7 @@
 """Symmetry: gauge groups (sample, contains) and their action on factor pairs."""
 
 from gaugelab.gauge.actions import act, contragredient, inverse_transpose, represented
+from gaugelab.gauge.direct_sum import DirectSum
 from gaugelab.gauge.groups import (
     GROUPS,
     GeneralLinear,
@@ -18,6 +19,7 @@ from gaugelab.gauge.state import transform_state
 
 __all__ = [
     "GROUPS",
+    "DirectSum",
     "GeneralLinear",
     "Group",
     "Orthogonal",

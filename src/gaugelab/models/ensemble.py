@@ -49,6 +49,25 @@ def _equal_across(tensors) -> bool:
     return all(t.device == first.device and torch.equal(t, first) for t in rest)
 
 
+def _meta_copy(model: nn.Module) -> nn.Module:
+    """A deep copy of ``model`` with every parameter and buffer on the meta device, tied
+    tensors kept tied (``Module.to("meta")`` gives each module a parameter of its own, so a
+    tied output embedding would be a meta tensor that ``functional_call`` never replaces)."""
+    template = copy.deepcopy(model)
+    memo: dict[int, torch.Tensor] = {}
+    for module in template.modules():
+        for slots in (module._parameters, module._buffers):
+            for name, t in slots.items():
+                if t is None:
+                    continue
+                if id(t) not in memo:
+                    meta = torch.empty_like(t, device="meta")
+                    is_param = isinstance(t, nn.Parameter)
+                    memo[id(t)] = nn.Parameter(meta, t.requires_grad) if is_param else meta
+                slots[name] = memo[id(t)]
+    return template
+
+
 class Ensemble(nn.Module):
     """E members of one architecture evaluated together.
 
@@ -165,7 +184,7 @@ class Ensemble(nn.Module):
             self.register_buffer(_slot(name), stacked, persistent=False)
         # Templates are kept out of the module tree: ensemble.parameters() is the stacked and
         # shared ones.
-        template = copy.deepcopy(models[0]).to("meta")
+        template = _meta_copy(models[0])
         self.__dict__["_template"] = template
         if hasattr(template, "check_inputs"):
             template.check_inputs = False

@@ -20,7 +20,14 @@ import torch
 
 from gaugelab._lazy import LazyModule
 
-__all__ = ["HF_EXTRA", "HFModel", "load_hf_config", "load_hf_model", "require_transformers"]
+__all__ = [
+    "HF_EXTRA",
+    "CausalLMLogits",
+    "HFModel",
+    "load_hf_config",
+    "load_hf_model",
+    "require_transformers",
+]
 
 transformers = LazyModule("transformers")
 
@@ -57,6 +64,29 @@ class HFModel:
     weights: Literal["checkpoint", "random"]
 
 
+class CausalLMLogits(torch.nn.Module):
+    """A causal LM as a module from token ids to logits, for :class:`gaugelab.models.Ensemble`.
+
+    ``forward(tokens [B, T]) → logits [B, T, vocab]`` (no cache, no attention mask: every
+    window is full). ``vmap_compatible = False``: the ensemble evaluates the members one by
+    one with ``functional_call`` (``transformers``' mask and position code is not written for
+    ``vmap``). The wrapped model stays in evaluation mode (no dropout).
+
+    Args:
+        model: a ``transformers`` causal LM (``HFModel.model``).
+    """
+
+    vmap_compatible = False
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model.eval()
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, T, vocab]`` of ``tokens`` ``[B, T]`` (long)."""
+        return self.model(input_ids=tokens, use_cache=False).logits
+
+
 def require_transformers() -> None:
     """Raise a one-line ``ImportError`` naming the extra when ``transformers`` is missing.
 
@@ -66,23 +96,27 @@ def require_transformers() -> None:
     try:
         transformers.__version__  # noqa: B018 (the import happens on first read)
     except ImportError as exc:
-        raise ImportError(
-            f"Hugging Face model folders need transformers: {HF_EXTRA}"
-        ) from exc
+        raise ImportError(f"Hugging Face model folders need transformers: {HF_EXTRA}") from exc
 
 
 def _folder(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if not p.exists():
-        raise FileNotFoundError(f"model: {str(path)!r} does not exist; allowed: a local Hugging "
-                                "Face model folder or its config.json (nothing is downloaded)")
+        raise FileNotFoundError(
+            f"model: {str(path)!r} does not exist; allowed: a local Hugging "
+            "Face model folder or its config.json (nothing is downloaded)"
+        )
     folder = p.parent if p.is_file() else p
     if p.is_file() and p.name != "config.json":
-        raise ValueError(f"model: {str(path)!r} is a file but not config.json; allowed: a model "
-                         "folder or its config.json")
+        raise ValueError(
+            f"model: {str(path)!r} is a file but not config.json; allowed: a model "
+            "folder or its config.json"
+        )
     if not (folder / "config.json").is_file():
-        raise ValueError(f"model: {str(folder)!r} has no config.json; allowed: a Hugging Face "
-                         "model folder (config.json, optional safetensors weights)")
+        raise ValueError(
+            f"model: {str(folder)!r} has no config.json; allowed: a Hugging Face "
+            "model folder (config.json, optional safetensors weights)"
+        )
     return folder
 
 
@@ -109,8 +143,10 @@ def load_hf_config(path: str | Path) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         raise ValueError(f"model: {str(config_file)!r} is not valid JSON ({exc})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("model_type"), str):
-        raise ValueError(f"model: {str(config_file)!r} names no model_type; allowed: a config "
-                         "written by transformers' save_pretrained")
+        raise ValueError(
+            f"model: {str(config_file)!r} names no model_type; allowed: a config "
+            "written by transformers' save_pretrained"
+        )
     require_transformers()
     try:
         return transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)

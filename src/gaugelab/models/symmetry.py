@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,7 +42,9 @@ class HeadGauge:
     """A gauge acting per layer and per key/value group of heads.
 
     Attributes:
-        config: the architecture.
+        config: the architecture: a :class:`TransformerConfig`, or any layout with its
+            ``n_layers``, ``kv_heads``, ``d_head`` and ``group_size`` (a Hugging Face model's
+            :class:`gaugelab.models.hf_symmetry.HFAttention`).
         groups: ``groups[layer][g]``: the group acting on key/value group ``g`` of ``layer``
             (query heads ``g·s … g·s + s − 1`` with ``s = n_heads / n_key_value_heads``).
     """
@@ -107,6 +110,28 @@ class GaugeElements:
     qk: torch.Tensor | None = None
     ov: torch.Tensor | None = None
     mlp: list[list[torch.Tensor]] | None = None
+
+    def check_heads(self, layout: Any, where: str) -> None:
+        """Raise unless ``qk`` and ``ov`` (when set) fit ``layout``'s heads.
+
+        Args:
+            layout: anything with ``n_layers``, ``kv_heads`` and ``d_head`` (a
+                :class:`TransformerConfig`, a Hugging Face model's ``HFAttention``).
+            where: the caller's name, for the message.
+
+        Raises:
+            ValueError: an element whose shape is not
+                ``[n_layers, n_key_value_heads, d_head, d_head]``.
+        """
+        D = layout.d_head
+        expected = (layout.n_layers, layout.kv_heads, D, D)
+        for name in ("qk", "ov"):
+            A = getattr(self, name)
+            if A is not None and tuple(A.shape) != expected:
+                raise ValueError(
+                    f"{where}: elements.{name} has shape {tuple(A.shape)}; allowed: {expected} "
+                    f"[n_layers, n_key_value_heads, d_head, d_head]"
+                )
 
 
 def _qk_group(config: TransformerConfig) -> Group:
@@ -212,14 +237,7 @@ def apply_gauge(
     """
     c = model.config
     D = c.d_head
-    expected = (c.n_layers, c.kv_heads, D, D)
-    for name in ("qk", "ov"):
-        A = getattr(elements, name)
-        if A is not None and tuple(A.shape) != expected:
-            raise ValueError(
-                f"apply_gauge: elements.{name} has shape {tuple(A.shape)}; allowed: {expected} "
-                f"[n_layers, n_key_value_heads, d_head, d_head]"
-            )
+    elements.check_heads(c, "apply_gauge")
     target = model if inplace else copy.deepcopy(model)
     s = c.group_size
     with torch.no_grad():

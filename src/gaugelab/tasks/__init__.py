@@ -7,6 +7,8 @@
 * :class:`CharText` — character-level text windows with a seeded minibatch stream; the
   packaged tiny-shakespeare by :meth:`CharText.tiny_shakespeare` (digest
   :data:`TINY_SHAKESPEARE_SHA256`, checked on every load; raw text :func:`tiny_shakespeare_bytes`);
+* :class:`TokenText` — a text as a model's token ids (its tokenizer, or bytes), windowed and
+  streamed as :class:`CharText`;
 * :class:`TwoDomainText` — the retention and target domains with one vocabulary and seeded
   train / val / test splits (:mod:`gaugelab.tasks.domains`), defined by a :class:`TwoDomainSpec`
   from :func:`two_domain_spec`, whose :class:`TextSource` records (tiny-shakespeare, the pinned
@@ -38,6 +40,7 @@ from gaugelab.tasks.sources import (
     tiny_shakespeare_source,
 )
 from gaugelab.tasks.text import TINY_SHAKESPEARE_SHA256, CharText, tiny_shakespeare_bytes
+from gaugelab.tasks.tokens import TokenText
 
 __all__ = [
     "STDLIB_FILES",
@@ -48,6 +51,7 @@ __all__ = [
     "ModularArithmetic",
     "SensingInstance",
     "TextSource",
+    "TokenText",
     "TwoDomainSpec",
     "TwoDomainText",
     "UnknownReport",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import torch
 
-__all__ = ["check_batch_size", "check_generator", "stream"]
+__all__ = ["check_batch_size", "check_generator", "stream", "windows"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -28,6 +28,17 @@ def check_generator(where: str, generator: object) -> None:
     """Raise ``TypeError`` naming ``where`` unless ``generator`` is a ``torch.Generator``."""
     if not isinstance(generator, torch.Generator):
         raise TypeError(f"{where}: generator={generator!r}; allowed: a torch.Generator")
+
+
+def windows(
+    data: torch.Tensor, block_size: int, batch_size: int, generator: torch.Generator
+) -> Batch:
+    """``batch_size`` windows of ``data`` ``[N]`` at offsets ``randint(N − block_size)`` drawn
+    from ``generator`` (nothing else is drawn): ``x = data[o : o + block_size]`` and the next
+    tokens ``y = data[o + 1 : o + block_size + 1]``, both ``[batch_size, block_size]``."""
+    offsets = torch.randint(data.numel() - block_size, (batch_size,), generator=generator)
+    index = offsets[:, None] + torch.arange(block_size)  # [B, block_size]
+    return data[index], data[index + 1]
 
 
 def stream(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from gaugelab.tasks._batches import check_batch_size, check_generator, stream
+from gaugelab.tasks._batches import check_batch_size, check_generator, stream, windows
 
 SPLITS = ("train", "val")
 
@@ -305,11 +305,7 @@ class CharText:
         data = self.data(split)
         check_batch_size("CharText.get_batch", batch_size)
         check_generator("CharText.get_batch", generator)
-        offsets = torch.randint(
-            data.numel() - self.block_size, (batch_size,), generator=generator
-        )  # [B]
-        index = offsets[:, None] + torch.arange(self.block_size)  # [B, block_size]
-        return data[index], data[index + 1]
+        return windows(data, self.block_size, batch_size, generator)
 
     def batches(
         self, batch_size: int, seed: int, split: str = "train", *, steps: int | None = None

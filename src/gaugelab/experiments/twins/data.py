@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from gaugelab.experiments.twins.spec import TwinSpec
-from gaugelab.tasks import ModularArithmetic
+from gaugelab.tasks import CharText, ModularArithmetic, TokenText
 
 
 class ModularData:
@@ -38,10 +38,13 @@ class ModularData:
 
 
 class TextData:
-    """Character windows: one minibatch stream shared by every member, fixed validation batches."""
+    """Text windows: one minibatch stream shared by every member, fixed validation batches.
 
-    def __init__(self, spec: TwinSpec) -> None:
-        text = spec.text()
+    The text is ``spec.text()`` (characters), or ``text`` when given (a Hugging Face model's
+    tokens, :class:`gaugelab.tasks.TokenText`)."""
+
+    def __init__(self, spec: TwinSpec, text: CharText | TokenText | None = None) -> None:
+        text = spec.text() if text is None else text
         self.train = None
         self.stream = text.batches(spec.batch_size, seed=spec.data_seed)
         val = text.batches(spec.batch_size, seed=spec.data_seed + 1, split="val")

@@ -213,5 +213,3 @@ def _paired(rows: Sequence[TwinRow], final: int) -> dict[str, dict[str, PairedCo
         if comparisons:
             out[optimizer] = comparisons
     return out
-
-

@@ -26,6 +26,7 @@ from gaugelab.equivariance.merge import merge_twin
 from gaugelab.equivariance.twins import TwinResult, make_twins
 from gaugelab.experiments.twins.data import ModularData, TextData, twin_data
 from gaugelab.experiments.twins.figures import distance_figure
+from gaugelab.experiments.twins.hf import check_hf, hf_parts, hf_twin
 from gaugelab.experiments.twins.results import TwinRow, TwinsResult, collect
 from gaugelab.experiments.twins.spec import (
     DEFAULT_OPTIMIZERS,
@@ -96,8 +97,12 @@ def run_twins(
 
     Source: singh2026lossbasis, §6; docs/protocols.md §5.
     """
-    data = twin_data(spec)
-    members, names = build_members(spec)
+    invariants = None
+    if spec.hf is not None:
+        data, members, names, invariants = hf_parts(spec)
+    else:
+        data = twin_data(spec)
+        members, names = build_members(spec)
     result = train_twins(
         members,
         names,
@@ -109,6 +114,7 @@ def run_twins(
         sink=sink,
         progress=progress,
         run=run,
+        invariants=invariants,
     )
     result.spec = spec
     return result
@@ -138,13 +144,23 @@ class TwinStudy(ExperimentSpec):
     def dtype_name(self) -> str:
         return self.twin.dtype
 
+    def spec_dict(self) -> dict[str, Any]:
+        """The fields in JSON mode, without ``twin.hf`` when it is None (so a run of
+        gaugelab's own Transformer keeps the identity it had before Hugging Face models)."""
+        fields = super().spec_dict()
+        if fields["twin"].get("hf") is None:
+            fields["twin"].pop("hf", None)
+        return fields
+
     def admit(self) -> None:
         """Reject a run whose text is missing or changed before anything trains.
 
         Raises:
             ValueError: the text file is missing, unreadable or not the one the spec names.
         """
-        if self.twin.task == "text":
+        if self.twin.hf is not None:
+            check_hf(self.twin.hf)
+        elif self.twin.task == "text":
             try:
                 self.twin.text()
             except FileNotFoundError as exc:
@@ -234,6 +250,9 @@ def plan(
     if pairs < 1:
         raise ValueError(f"plan: pairs={pairs}; allowed: an integer >= 1")
     base = base or TwinSpec()
+    if merge and base.hf is not None:
+        raise ValueError("plan: merge=True with a Hugging Face model; allowed: merge=False "
+                         "(merging aligns gaugelab Transformer heads)")  # fmt: skip
     for opt in optimizers:  # validates every name before anything runs
         TwinSpec.model_validate({**base.model_dump(), "optimizer": opt, "hyper": {}})
     seeds = [
@@ -304,6 +323,7 @@ __all__ = [
     "build_members",
     "collect",
     "distance_figure",
+    "hf_twin",
     "plan",
     "report",
     "run_twins",

@@ -67,6 +67,30 @@ def text_model_config(d_vocab: int, block_size: int, **overrides) -> Transformer
     return TransformerConfig(**{**base, **overrides})
 
 
+class HFModelRef(BaseModel):
+    """A local Hugging Face model that the twin protocol trains in place of ``TwinSpec.model``.
+
+    Built by :func:`gaugelab.experiments.twins.hf.hf_twin`, which reads the folder, checks it
+    and records its digest; a run re-checks the digest before it trains.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str = Field(description="The model folder, or its config.json (a random init).")
+    model_type: str = Field(description="The config's model_type (gpt2, gpt_neox, llama …).")
+    sha256: str = Field(
+        pattern=r"^[0-9a-f]{64}$",
+        description="Digest of the files read: config.json, safetensors weights, tokenizer.",
+    )
+    weights: Literal["checkpoint", "random"] = Field(
+        description="checkpoint: the folder's safetensors; random: an init seeded init_seed."
+    )
+    tokens: Literal["tokenizer", "bytes"] = Field(
+        description="The text through the folder's tokenizer, or as UTF-8 bytes (ids 0–255)."
+    )
+    block_size: int = Field(64, ge=1, description="Tokens per training window.")
+
+
 class TwinSpec(BaseModel):
     """One optimizer's twin run (immutable; its JSON is part of the run's identity).
 
@@ -77,7 +101,8 @@ class TwinSpec(BaseModel):
     kind: ClassVar[str] = "twins"
 
     model: TransformerConfig = Field(
-        default_factory=twin_model_config, description="The Transformer (docs/protocols.md §5)."
+        default_factory=twin_model_config,
+        description="The Transformer (docs/protocols.md §5); not read when `hf` is set.",
     )
     task: Literal["modular", "text"] = Field(
         "modular", description="modular: full-batch addition mod `modulus`; text: characters."
@@ -117,6 +142,11 @@ class TwinSpec(BaseModel):
         (0, 1, 10, 50, 100, 300, 600, 1000, 1500), description="Steps at which to measure."
     )
     dtype: Literal["float32", "float64"] = Field("float32", description="Parameter dtype.")
+    hf: HFModelRef | None = Field(
+        None,
+        description="A local Hugging Face model trained on the text task in place of `model` "
+        "(None: gaugelab's own Transformer). Left out of the run identity when None.",
+    )
     compile: bool = Field(
         False,
         description="Train through torch.compile (about 2× faster on CPU after a one-off "
@@ -130,6 +160,12 @@ class TwinSpec(BaseModel):
             raise ValueError(f"TwinSpec: optimizer={self.optimizer!r}; allowed: {known}")
         if len(set(self.twins)) != len(self.twins):
             raise ValueError(f"TwinSpec: twins={self.twins!r} repeats a kind")
+        if self.hf is not None and self.task != "text":
+            raise ValueError(f"TwinSpec: task={self.task!r} with a Hugging Face model; "
+                             "allowed: 'text' (its tokens)")  # fmt: skip
+        if self.hf is not None and self.compile:
+            raise ValueError("TwinSpec: compile=True with a Hugging Face model; allowed: eager "
+                             "(the members run one by one)")  # fmt: skip
         return self
 
     def hyperparameters(self) -> dict:

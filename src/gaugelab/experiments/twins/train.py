@@ -18,7 +18,13 @@ import torch
 import torch.nn.functional as F
 
 from gaugelab.determinism import deterministic
-from gaugelab.equivariance.twins import TwinData, TwinResult, measure_twins, triplet_verdict
+from gaugelab.equivariance.twins import (
+    Invariants,
+    TwinData,
+    TwinResult,
+    measure_twins,
+    triplet_verdict,
+)
 from gaugelab.models import Ensemble, Transformer
 from gaugelab.study.checkpoint import Checkpoint
 from gaugelab.study.train import Resume, Snapshot, fit, require_finite, restore_tensors
@@ -27,7 +33,7 @@ __all__ = ["train_twins"]
 
 
 def train_twins(
-    members: list[Transformer],
+    members: list[Transformer] | list[torch.nn.Module],
     names: list[str],
     make_optimizer: Callable[[Ensemble], torch.optim.Optimizer],
     data: TwinData,
@@ -38,6 +44,7 @@ def train_twins(
     sink: Callable[[int, dict[str, float]], None] | None = None,
     progress: Callable[[int], None] | None = None,
     run: Any = None,
+    invariants: Invariants | None = None,
 ) -> TwinResult:
     """Train the members as one ensemble and measure them at every checkpoint step.
 
@@ -55,6 +62,9 @@ def train_twins(
         progress: called with the number of steps done after every step.
         run: a :class:`gaugelab.study.context.RunContext` or ``None`` (see the module
             docstring).
+        invariants: the members' head invariants from stacked parameters (a Hugging Face
+            model's); ``None``: those of the members' ``config``
+            (:func:`~gaugelab.equivariance.twins.measure_twins`).
 
     Returns:
         The :class:`~gaugelab.equivariance.twins.TwinResult` (its verdict from
@@ -71,11 +81,12 @@ def train_twins(
         optimizer = make_optimizer(ensemble)
         measured = sorted({s for s in checkpoints if 0 <= s <= steps})
         records: dict[int, dict[str, float]] = {}
-        config, E = members[0].config, ensemble.n_members
+        E = ensemble.n_members
+        config = None if invariants is not None else members[0].config
         params = ensemble.stacked_parameters()
 
         def record(step: int, extra: dict[str, float] | None = None) -> None:
-            metrics = measure_twins(ensemble, names, data, config)
+            metrics = measure_twins(ensemble, names, data, config, invariants=invariants)
             metrics.update(extra or {})
             records[step] = metrics
             if sink is not None:

@@ -121,8 +121,12 @@ def report(result: TwinsResult, out_dir: str | os.PathLike[str]) -> Path:
              "mean over layer × head), styled as above."),
         )
     ] if measured else []  # fmt: skip
-    runs = [rep.RunSummary(r.identity, r.termination, f"{r.optimizer} pair {r.pair}",
-                           {"verdict": r.verdict}) for r in result.rows]
+    runs = [
+        rep.RunSummary(
+            r.identity, r.termination, f"{r.optimizer} pair {r.pair}", {"verdict": r.verdict}
+        )
+        for r in result.rows
+    ]
     failures = [rep.Failure(r.identity, r.termination, r.explanation) for r in result.failures]
     return rep.write_result_report(
         result, folder, runs=runs, tables=tables(result), figures=figures,
