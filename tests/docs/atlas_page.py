@@ -122,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     load = os.getloadavg()
-    page = args.page.read_text(encoding="utf-8")
-    for source in [s for s in args.source.split(",") if s]:
-        page = splice(page, source, run_source(source, args.store, args.max_workers))
-    page = splice(page, "machine", machine(args.max_workers, load))
+    blocks = {s: run_source(s, args.store, args.max_workers) for s in args.source.split(",") if s}
+    blocks["machine"] = machine(args.max_workers, load)
+    page = args.page.read_text(encoding="utf-8")  # read after the runs: edits meanwhile are kept
+    for name, body in blocks.items():
+        page = splice(page, name, body)
     args.page.write_text(page, encoding="utf-8")
     return 0
 
