@@ -21,6 +21,7 @@ import importlib.metadata
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -88,13 +89,21 @@ def machine(workers: int, load: tuple[float, float, float]) -> str:
     )
 
 
+def _cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its reaped children (the workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def run_source(source: str, store: Path, workers: int) -> str:
     """The source's atlas into ``store``, as the page's block: how many checks ran (and how
     many the store already held) in how many seconds, then :func:`markdown`."""
     spec = atlas_spec([source], timeout=TIMEOUTS.get(source, 60.0))
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _cpu_seconds()
     outcome = run_atlas(spec, store=store, max_workers=workers, write_report=False)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
     rows, reused = outcome.result.rows, len(outcome.sweep.skipped)
     timeouts = sum(r.verdict == TIMEOUT for r in rows)
     flags = f" --source {source}" if source != "torch.optim" else ""
@@ -102,7 +111,7 @@ def run_source(source: str, store: Path, workers: int) -> str:
         flags += f" --timeout {TIMEOUTS.get(source, 60.0):g}"
     head = (
         f"`gaugelab atlas{flags} --max-workers {workers} --markdown`: {len(rows)} checks, "
-        f"{len(rows) - reused} run in {seconds:.0f} s"
+        f"{len(rows) - reused} run in {seconds:.0f} s ({cpu:.0f} s of CPU time, workers included)"
         + (f" ({reused} reused from the store)" if reused else "")
         + (f", {timeouts} of them past the time limit" if timeouts else "")
         + "."

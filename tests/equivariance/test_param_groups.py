@@ -147,3 +147,16 @@ def test_an_error_met_under_torch_compile_reads_as_the_traced_calls_own_error():
         "(under torch.compile)"
     )
     assert reason(KeyError("betas")) == "KeyError: 'betas'"
+
+
+def test_pytorch_optimizers_muon_and_lora_rite_run_on_the_groups_the_table_declares():
+    """Where pytorch-optimizer is installed (the extra gaugelab[atlas]): its Muon, which fails on
+    a plain list, runs; LoRA-RITE, given its factor pairs, is equivariant under GL(k), as its
+    paper claims (yen2025lorarite), once it no longer skips every step of this problem."""
+    pytest.importorskip("pytorch_optimizer")
+    muon = check_equivariance("pytorch_optimizer:Muon", **SMALL)
+    assert muon.verdict == "breaks"  # bfloat16 Newton–Schulz: a gauge twin at its round-off
+    assert 1e-4 < muon.worst("gauge")[0] < 1e-2
+    rite = check_equivariance("pytorch_optimizer:LoRARite", group="general-linear",
+                              update_skipping=0.0, **SMALL)  # fmt: skip
+    assert rite.verdict == "equivariant" and rite.moved > 1e-1

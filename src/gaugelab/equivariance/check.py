@@ -16,9 +16,7 @@ optimizer that runs: ``gaugelab.equivariance.targets``.
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable
 
 import torch
 
@@ -27,8 +25,8 @@ from gaugelab.equivariance.failures import hint, reason, seed_hint
 from gaugelab.equivariance.param_groups import group_factory
 from gaugelab.equivariance.problems import make_problem
 from gaugelab.equivariance.report import EquivarianceReport
+from gaugelab.equivariance.targets import closure_style, resolve_target
 from gaugelab.equivariance.targets import resolve_optimizer as resolve_optimizer  # re-exported
-from gaugelab.equivariance.targets import resolve_target
 from gaugelab.equivariance.verdicts import (
     BREAKS,
     EQUIVARIANT,
@@ -71,25 +69,6 @@ _KNOWN_CAUSES = {
 }
 
 
-def _closure_style(step: Callable) -> str | None:
-    """How ``step`` takes a closure: ``"positional"``, ``"keyword"``, or ``None`` (none)."""
-    try:
-        parameters = list(inspect.signature(step).parameters.values())
-    except (TypeError, ValueError):
-        return "positional"  # no signature to read: torch's convention, step(closure=None)
-    for p in parameters:
-        if p.name == "closure":
-            return "keyword" if p.kind is p.KEYWORD_ONLY else "positional"
-    first = parameters[0] if parameters else None
-    if first is not None and (
-        first.kind is first.VAR_POSITIONAL
-        or (first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD)
-            and first.default is first.empty)
-    ):  # fmt: skip
-        return "positional"
-    return None
-
-
 def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str, name: str,
          twin: str, cls: type | None = None):  # fmt: skip
     """``steps`` steps from ``initial``; the check itself sets every gradient before each step.
@@ -118,7 +97,7 @@ def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str, 
         ) from None
     except Exception as exc:  # a user's constructor: anything it raises is its failure
         raise OptimizerFailure(name, "construct", reason(exc), hint(exc, cls)) from exc
-    style = _closure_style(opt.step)
+    style = closure_style(opt.step)
     missing: set[int] = set()
     step = 0
 
