@@ -110,10 +110,11 @@ def run_source(source: str, store: Path, workers: int) -> str:
     if TIMEOUTS.get(source, 60.0) != 300.0:
         flags += f" --timeout {TIMEOUTS.get(source, 60.0):g}"
     head = (
-        f"`gaugelab atlas{flags} --max-workers {workers} --markdown`: {len(rows)} checks, "
-        f"{len(rows) - reused} run in {seconds:.0f} s ({cpu:.0f} s of CPU time, workers included)"
+        f"`gaugelab atlas{flags} --max-workers {workers} --markdown`: {len(rows)} checks"
         + (f" ({reused} reused from the store)" if reused else "")
-        + (f", {timeouts} of them past the time limit" if timeouts else "")
+        + f", {len(rows) - reused} run in {seconds:.0f} s of wall time and {cpu:.0f} s of CPU "
+        "time (the workers' included)"
+        + (f"; {timeouts} past the time limit" if timeouts else "")
         + "."
     )
     print(f"atlas_page: {source}: {len(rows)} checks, {reused} reused, {seconds:.0f} s",
