@@ -16,7 +16,7 @@ the problem's gauge factor pairs — ``(U, V)`` of the factored problems, ``(W_Q
 attention layer — with the dimension the gauge acts on.
 
 Source: the optimizers' own documentation (pytorch-optimizer 4.1.0: ``Muon``, ``LoRARite``,
-``GaLore``); docs/commands/atlas.md (the table).
+``GaLore``, ``Fira``); docs/commands/check.md (the table, for users).
 """
 
 from __future__ import annotations
