@@ -143,3 +143,52 @@ class DifferentiatesTheGradient(ClosureFreeSGD):
         for group in self.param_groups:
             for p in group["params"]:
                 torch.autograd.grad(p.grad.sum(), p)
+
+
+class NeedsMuonGroups(torch.optim.Optimizer):
+    """pytorch-optimizer's Muon convention: every parameter group must declare ``use_muon``
+    (its constructor reads each entry of ``params`` as a group dict, as Muon's does, so a plain
+    list of tensors fails with torch's ``Tensor.__contains__`` error). A ``use_muon=True`` group
+    takes SGD steps; a ``use_muon=False`` group is left as it is."""
+
+    def __init__(self, params, lr=1e-2):
+        params = list(params)
+        for group in params:
+            if "use_muon" not in group:
+                raise ValueError("`use_muon` must be set.")
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if group["use_muon"] and p.grad is not None:
+                    p.add_(p.grad, alpha=-group["lr"])
+
+
+class NeedsMuonGroupsToo(NeedsMuonGroups):
+    """A subclass: adapted as its base is."""
+
+
+class SeededNoisySGD(ClosureFreeSGD):
+    """SGD plus noise: from ``torch.Generator().manual_seed(seed)`` when a seed is given (every
+    run draws the same numbers), else from torch's global generator (no two runs agree)."""
+
+    def __init__(self, params, lr=1e-2, seed=None):
+        super().__init__(params, lr)
+        self.gen = None if seed is None else torch.Generator().manual_seed(seed)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                noise = torch.randn(p.shape, generator=self.gen, dtype=p.dtype)
+                p.add_(p.grad + 1e-3 * noise, alpha=-group["lr"])
+
+
+class GeneratorNoisySGD(SeededNoisySGD):
+    """The same noise, drawn from a ``generator`` the caller gives (global when ``None``)."""
+
+    def __init__(self, params, lr=1e-2, generator=None):
+        super().__init__(params, lr)
+        self.gen = generator

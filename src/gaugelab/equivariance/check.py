@@ -16,17 +16,17 @@ optimizer that runs: ``gaugelab.equivariance.targets``.
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Callable
 
 import torch
 
 from gaugelab.equivariance.distance import relative_distance
+from gaugelab.equivariance.failures import hint, reason, seed_hint
+from gaugelab.equivariance.param_groups import group_factory
 from gaugelab.equivariance.problems import make_problem
 from gaugelab.equivariance.report import EquivarianceReport
+from gaugelab.equivariance.targets import closure_style, resolve_target
 from gaugelab.equivariance.targets import resolve_optimizer as resolve_optimizer  # re-exported
-from gaugelab.equivariance.targets import resolve_target
 from gaugelab.equivariance.verdicts import (
     BREAKS,
     EQUIVARIANT,
@@ -69,59 +69,15 @@ _KNOWN_CAUSES = {
 }
 
 
-def _closure_style(step: Callable) -> str | None:
-    """How ``step`` takes a closure: ``"positional"``, ``"keyword"``, or ``None`` (none)."""
-    try:
-        parameters = list(inspect.signature(step).parameters.values())
-    except (TypeError, ValueError):
-        return "positional"  # no signature to read: torch's convention, step(closure=None)
-    for p in parameters:
-        if p.name == "closure":
-            return "keyword" if p.kind is p.KEYWORD_ONLY else "positional"
-    first = parameters[0] if parameters else None
-    if first is not None and (
-        first.kind is first.VAR_POSITIONAL
-        or (first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD)
-            and first.default is first.empty)
-    ):  # fmt: skip
-        return "positional"
-    return None
-
-
-def _reason(exc: BaseException) -> str:
-    """``"Type: first line of the message"``."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-_HINTS = (
-    (("create_graph", "hessian", "second order", "second-order", "does not require grad"),
-     "it needs second-order gradients (backward(create_graph=True)), which the check does "
-     "not compute"),
-    (("use_muon",), "it needs parameter groups flagged for it (use_muon=…); see its docs"),
-    ((" shape", "size mismatch", "must match the size"),
-     "it may expect other parameter shapes (e.g. 2-D only, or a fixed layout)"),
-)  # fmt: skip
-"""Words in an optimizer's error → what it appears to need."""
-
-
-def _hint(exc: BaseException) -> str:
-    text = f"{type(exc).__name__} {exc}".lower()
-    for words, hint in _HINTS:
-        if any(w in text for w in words):
-            return hint
-    if isinstance(exc, NotImplementedError):
-        return "its step() is not implemented"
-    return ""
-
-
 def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str, name: str,
-         twin: str):  # fmt: skip
+         twin: str, cls: type | None = None):  # fmt: skip
     """``steps`` steps from ``initial``; the check itself sets every gradient before each step.
 
     Returns ``(trajectory, missing)``: the parameters after each step, and the indices of the
     parameters whose gradient was ``None`` after a backward pass. ``label`` names the optimizer
-    and the problem, ``name`` the optimizer and ``twin`` the run, in the errors raised.
+    and the problem, ``name`` the optimizer and ``twin`` the run, in the errors raised; ``cls``
+    (the class, ``None`` for a zoo rule) lets a constructor's failure name the group keys it
+    needed.
 
     Raises:
         ValueError: the optimizer refuses the parameters (a ``ValueError`` from its
@@ -140,8 +96,8 @@ def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str, 
             f"parameters ({', '.join(map(str, shapes))}): {exc}"
         ) from None
     except Exception as exc:  # a user's constructor: anything it raises is its failure
-        raise OptimizerFailure(name, "construct", _reason(exc), _hint(exc)) from exc
-    style = _closure_style(opt.step)
+        raise OptimizerFailure(name, "construct", reason(exc), hint(exc, cls)) from exc
+    style = closure_style(opt.step)
     missing: set[int] = set()
     step = 0
 
@@ -176,8 +132,8 @@ def _run(factory, problem, initial: list[torch.Tensor], steps: int, label: str, 
         except NonFiniteError:
             raise  # the closure's own finding: a diverged run, not a broken optimizer
         except Exception as exc:
-            raise OptimizerFailure(name, f"step {step} of {twin}", _reason(exc),
-                                   _hint(exc)) from exc  # fmt: skip
+            raise OptimizerFailure(name, f"step {step} of {twin}", reason(exc),
+                                   hint(exc)) from exc  # fmt: skip
         for i, (p, shape) in enumerate(zip(params, shapes, strict=True)):
             if tuple(p.shape) != shape:
                 raise OptimizerFailure(
@@ -229,7 +185,10 @@ def check_equivariance(
     Args:
         optimizer: a zoo name (``"muon"``), a ``torch.optim.Optimizer`` subclass, or the
             string ``"package.module:Class"`` (imported with the current directory first on
-            ``sys.path``, as ``python -m`` does).
+            ``sys.path``, as ``python -m`` does). A class that needs its parameter groups
+            declared its own way (Muon's ``use_muon``, LoRA-RITE's factor pairs) gets them from
+            :data:`gaugelab.equivariance.param_groups.ADAPTERS`; any other class the plain
+            list of the problem's parameters.
         group: a group name (``orthogonal``, ``special-orthogonal``, ``signed-permutation``,
             ``torus``, ``general-linear``, ``trivial``, …) or a :class:`gaugelab.gauge.Group`
             on the problem's k.
@@ -246,7 +205,8 @@ def check_equivariance(
 
     Returns:
         An :class:`EquivarianceReport`. Verdicts: ``nondeterministic`` (identity twin ≠ 0
-        at some step), ``equivariant`` (gauge twin ≤ tolerance — 1e-9 in float64, 1e-5 in
+        at some step; the explanation names a ``seed`` or ``generator`` the constructor
+        takes), ``equivariant`` (gauge twin ≤ tolerance — 1e-9 in float64, 1e-5 in
         float32 — at every step, every parameter had a gradient, the base factors moved by at
         least :data:`STILL_ULPS` ulps and its represented objects by at least
         :data:`INFORMATIVE` × the tolerance; otherwise ``inconclusive``), ``breaks`` (gauge
@@ -290,6 +250,8 @@ def check_equivariance(
     hyper.setdefault("lr", DEFAULT_LR)
     name, cls, factory = resolve_target(optimizer, hyper)
     task = make_problem(problem, dtype, seed)
+    if cls is not None:  # its parameter groups as the adapter table declares them
+        factory = group_factory(cls, hyper, task.pairs)
     G = _group(group, task.k)
     initial = task.initial()
     gen = torch.Generator().manual_seed(seed + 1)
@@ -301,7 +263,7 @@ def check_equivariance(
 
     def run(start, twin):
         label = f"{name} on the {problem!r} problem"
-        trajectory, no_grad = _run(factory, task, start, steps, label, name, twin)
+        trajectory, no_grad = _run(factory, task, start, steps, label, name, twin, cls)
         missing.update(no_grad)
         return trajectory
 
@@ -350,6 +312,8 @@ def check_equivariance(
         missing_gradients=sorted(missing),
     )
     report.verdict, report.explanation = _verdict(report, torch.finfo(dtype).eps)
+    if report.verdict == NONDETERMINISTIC:
+        report.explanation += seed_hint(cls, hyper)
     if name in OPTIMIZERS and isinstance(group, str) and group in OPTIMIZERS[name].claims:
         zoo_hyper = {k: v for k, v in hyper.items() if k != "lr"}
         report.claimed = claim(name, group, **zoo_hyper).property

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch.func import functional_call
 
 from gaugelab.equivariance.distance import relative_distance
+from gaugelab.equivariance.param_groups import FactorPair
 from gaugelab.gauge import Group, act, represented
 from gaugelab.models import Transformer, TransformerConfig, qk_invariants
 from gaugelab.models.symmetry import GaugeElements, apply_gauge
@@ -30,6 +31,8 @@ class FactorProblem:
     """``f(U Vᵀ)`` with ``U [6, 3]``, ``V [6, 3]``: sensing (docs/protocols.md §2) or a quadratic.
 
     The represented object is ``W = U Vᵀ``; an element ``A [3, 3]`` acts by ``(U A, V A⁻ᵀ)``.
+    ``pairs``: the factor pair ``(U, V)``, the gauge acting on their columns
+    (:class:`gaugelab.equivariance.param_groups.FactorPair`).
     """
 
     kind: str
@@ -39,6 +42,7 @@ class FactorProblem:
 
     def __post_init__(self) -> None:
         self._sensing = make_sensing(_N, _RANK, _M, seed=self.seed, dtype=self.dtype)
+        self.pairs = (FactorPair(0, 1, -1, -1),)  # U A, V A⁻ᵀ: the gauge acts on the columns
 
     def initial(self) -> list[torch.Tensor]:
         U, V = factor_init(_N, _K, seed=self.seed + 7, scale=_SCALE, dtype=self.dtype)
@@ -76,7 +80,8 @@ class AttentionProblem:
     represented objects are the logits on all 49 equations and every head's QK invariant
     ``W_Q[h] W_K[h]ᵀ`` (:func:`gaugelab.models.qk_invariants`); the distance is the larger of
     their relative distances. An element ``[n_layers, n_heads, 4, 4]`` acts by
-    ``W_Q[h] ↦ W_Q[h] A_h``, ``W_K[h] ↦ W_K[h] A_h⁻ᵀ``.
+    ``W_Q[h] ↦ W_Q[h] A_h``, ``W_K[h] ↦ W_K[h] A_h⁻ᵀ``. ``pairs``: each layer's
+    ``(q_proj, k_proj)`` weights ``[n_heads·4, 16]``, the gauge acting on their rows.
 
     Source: singh2026lossbasis, §6 (attention-head gauge).
     """
@@ -94,6 +99,10 @@ class AttentionProblem:
         self.k = self.config.d_head
         self.model = Transformer(self.config, seed=self.seed, dtype=self.dtype)
         self.names = [n for n, _ in self.model.named_parameters()]
+        self.pairs = tuple(  # W_Q [h·d, d_model], W_K alike: the head gauge acts on the rows
+            FactorPair(self.names.index(q), self.names.index(q.replace("q_proj", "k_proj")), 0, 0)
+            for q in self.names if q.endswith("attn.q_proj.weight")
+        )  # fmt: skip
         task = ModularArithmetic(p=7, train_fraction=0.5, seed=self.seed)
         self.tokens, self.labels = task.inputs, task.labels
 

@@ -102,6 +102,26 @@ def _suggestion(name: str) -> str:
     return f" (did you mean {', or '.join(options)}?)" if options else ""
 
 
+def closure_style(step: Callable) -> str | None:
+    """How an optimizer's ``step`` takes a closure: ``"positional"``, ``"keyword"``, or ``None``
+    (it takes none): how the check calls it."""
+    try:
+        parameters = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):
+        return "positional"  # no signature to read: torch's convention, step(closure=None)
+    for p in parameters:
+        if p.name == "closure":
+            return "keyword" if p.kind is p.KEYWORD_ONLY else "positional"
+    first = parameters[0] if parameters else None
+    if first is not None and (
+        first.kind is first.VAR_POSITIONAL
+        or (first.kind in (first.POSITIONAL_ONLY, first.POSITIONAL_OR_KEYWORD)
+            and first.default is first.empty)
+    ):  # fmt: skip
+        return "positional"
+    return None
+
+
 def resolve_target(optimizer, hyper: dict) -> tuple[str, type | None, Factory]:
     """:func:`resolve_optimizer`, also returning the class (``None`` for a zoo name).
 

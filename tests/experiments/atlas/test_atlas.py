@@ -115,7 +115,8 @@ def test_time_limit_stops_a_block_in_the_main_thread_and_restores_the_alarm():
 def atlas(user_module, tmp_path):
     spec = atlas_spec(
         [MODULE],
-        only=["ClosureFreeSGD", "Diverges", "RaisesInConstructor", "RefusesParameters"],
+        only=["ClosureFreeSGD", "Diverges", "NeedsMuonGroups", "RaisesInConstructor",
+              "RefusesParameters"],
         groups=["orthogonal"], problems=["sensing"], steps=2, draws=1,
     )  # fmt: skip
     store = tmp_path / "store.sqlite"
@@ -126,14 +127,19 @@ def test_every_way_a_check_ends_is_a_row(atlas):
     _, _, outcome = atlas
     rows = {r.optimizer.partition(":")[2]: r for r in outcome.result.rows}
     assert {n: r.verdict for n, r in rows.items()} == {
-        "ClosureFreeSGD": "equivariant", "Diverges": "diverged", "RaisesInConstructor": "error",
-        "RefusesParameters": "error",
+        "ClosureFreeSGD": "equivariant", "Diverges": "diverged", "NeedsMuonGroups": "error",
+        "RaisesInConstructor": "error", "RefusesParameters": "error",
     }  # fmt: skip
     assert outcome.result.failures == []
     assert rows["ClosureFreeSGD"].gauge < 1e-12 < rows["ClosureFreeSGD"].noise
     assert rows["ClosureFreeSGD"].seconds > 0
     assert rows["Diverges"].why.startswith("run: step 1 made a parameter non-finite")
     assert rows["RaisesInConstructor"].why == "construct: KeyError: 'betas'"
+    # a Muon-style rule without an entry in the adapter table: what it needed, in one line
+    assert (rows["NeedsMuonGroups"].phase, rows["NeedsMuonGroups"].hint) == (
+        "construct", "it needs parameter groups that declare use_muon, and "
+        "gaugelab.equivariance.param_groups.ADAPTERS has no entry for it",
+    )  # fmt: skip
     assert rows["RefusesParameters"].why == (
         f"construct: {MODULE}:RefusesParameters on the 'sensing' problem: the optimizer refuses "
         "the problem's 2 parameters ((6, 3), (6, 3)): only 1-D parameters are supported"
@@ -143,7 +149,7 @@ def test_every_way_a_check_ends_is_a_row(atlas):
 def test_a_rerun_checks_only_what_is_missing_or_whose_code_changed(atlas, user_module):
     spec, store, _ = atlas
     again = run_atlas(spec, store=store, write_report=False)
-    assert again.sweep.completed == [] and len(again.sweep.skipped) == 4
+    assert again.sweep.completed == [] and len(again.sweep.skipped) == 5
     user_module.write_text(USER + "\n# a new version of the module\n")
     changed = atlas_spec([MODULE], only=["ClosureFreeSGD", "NoOp"], groups=["orthogonal"],
                          problems=["sensing"], steps=2, draws=1)  # fmt: skip
@@ -192,6 +198,22 @@ def test_worker_processes_import_the_users_module_and_keep_each_checks_time_limi
     outcome = run_atlas(spec, store=tmp_path / "store.sqlite", max_workers=2, write_report=False)
     verdicts = {r.optimizer.partition(":")[2]: r.verdict for r in outcome.result.rows}
     assert verdicts == {"NoOp": "inconclusive", "SlowStep": "timeout"}
+    assert outcome.result.failures == []
+
+
+@pytest.mark.slow  # Ray's start: about 15 s on 2 cores
+def test_the_atlas_runs_on_ray_as_the_sweeps_do(tmp_path):
+    pytest.importorskip("ray")
+    spec = atlas_spec(["torch.optim"], only=["Adam", "SGD"], groups=["orthogonal"],
+                      problems=["sensing"], steps=2, draws=1)  # fmt: skip
+    store = tmp_path / "store.sqlite"
+    outcome = run_atlas(spec, store=store, executor="ray", max_workers=1, write_report=False)
+    verdicts = {r.optimizer: r.verdict for r in outcome.result.rows}
+    assert verdicts == {"torch.optim:Adam": "breaks", "torch.optim:SGD": "equivariant"}
+    local = run_atlas(spec, store=tmp_path / "local.sqlite", write_report=False)
+    assert {r.optimizer: (r.gauge, r.noise) for r in outcome.result.rows} == {
+        r.optimizer: (r.gauge, r.noise) for r in local.result.rows
+    }  # the same numbers from Ray's workers as from this process
     assert outcome.result.failures == []
 
 
