@@ -160,6 +160,8 @@ def test_the_stress_package_is_held_out_of_the_target_files():
         ({"block": "b"}, r"block='b' needs second_target"),
         ({"block": "c"}, r"block='c'; allowed: a, b"),
         ({"candidate": "lora-r3"}, r"candidate='lora-r3'; allowed: full, lora-r1"),
+        ({"max_forgetting": float("inf")}, r"max_forgetting=inf; allowed: a finite number"),
+        ({"min_target_gain": float("nan")}, r"min_target_gain=nan; allowed: a finite number"),
     ],
 )
 def test_the_spec_refuses(fields, message):

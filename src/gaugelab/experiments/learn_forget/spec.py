@@ -117,19 +117,18 @@ class LearnForgetSpec(ExperimentSpec):
         "the fine-tuning steps.",
     )
     min_target_gain: float = Field(
-        0.5, allow_inf_nan=False, description="Gate: target gain ≥ this (nats/char)."
+        0.5, description="Gate: target gain ≥ this (nats/char)."
     )
     max_forgetting: float = Field(
-        0.3, allow_inf_nan=False, description="Gate: forgetting ≤ this (nats/char)."
+        0.3, description="Gate: forgetting ≤ this (nats/char)."
     )
     min_stress_gain: float = Field(
-        0.0, allow_inf_nan=False, description="Gate: stress gain ≥ this (nats/char)."
+        0.0, description="Gate: stress gain ≥ this (nats/char)."
     )
     max_tail: float | None = Field(
         None,
         ge=0,
         le=1,
-        allow_inf_nan=False,
         description="Gate: relative energy tail of the full update at the candidate's rank ≤ "
         "this (a gate, never the objective); None: reported, not gated.",
     )
