@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+from tests.support.hf_adapters import TEXT, make_base_and_adapter
 
 from gaugelab.experiments.lora.hf_ladder import HFEvidence
 from gaugelab.experiments.lora.inspect import inspect_lora
@@ -24,35 +25,11 @@ peft = pytest.importorskip("peft")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 F64 = torch.float64
-TEXT = "".join(f"line {i}: the quick brown fox jumps over {i * 7 % 13} lazy dogs.\n"
-               for i in range(40))  # fmt: skip
-WINDOW, TOKENS = 16, 64  # 4 windows of 16 positions: N = 64 > d_in = 32 (a full support)
+WINDOW, TOKENS = 16, 64  # 4 windows of 16 positions: N = 64 rows per module, d_in = 32
 
 
-def _configs():
-    gpt2 = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=300,
-                                   n_positions=64)  # fmt: skip
-    llama = transformers.LlamaConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                     num_attention_heads=2, num_key_value_heads=1,
-                                     vocab_size=300, max_position_embeddings=64)  # fmt: skip
-    return {
-        "gpt2": (gpt2, transformers.GPT2LMHeadModel, ["c_attn", "attn.c_proj", "mlp.c_fc"], True),
-        "llama": (llama, transformers.LlamaForCausalLM, ["q_proj", "v_proj", "down_proj"], False),
-    }
-
-
-def _make(tmp, family, seed=0):
-    config, cls, targets, fan_in_fan_out = _configs()[family]
-    torch.manual_seed(seed)
-    base = cls(config)
-    base.save_pretrained(tmp / f"{family}-base")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = peft.get_peft_model(cls.from_pretrained(tmp / f"{family}-base"), peft.LoraConfig(
-            r=4, lora_alpha=8, target_modules=targets, task_type="CAUSAL_LM",
-            fan_in_fan_out=fan_in_fan_out, init_lora_weights=False))  # fmt: skip
-    model.save_pretrained(tmp / f"{family}-adapter")
-    return model.double().eval()
+def _make(tmp, family):
+    return make_base_and_adapter(tmp, family, transformers, peft)
 
 
 @pytest.fixture(scope="module")
