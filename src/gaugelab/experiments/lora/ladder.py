@@ -30,7 +30,7 @@ truncation), §0x04L (per-layer against joint replacement).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -109,6 +109,21 @@ def mean_loss(model: torch.nn.Module, batches: Batches) -> float:
     return total / len(batches)
 
 
+def _hooked_pass(model: torch.nn.Module, modules: Sequence[str], batches: Batches,
+                 record: Callable[[str, torch.Tensor], None]) -> None:  # fmt: skip
+    """Run ``batches`` through ``model`` (no gradients), handing each module's input — its first
+    positional argument, ``[..., d_in]`` — to ``record(module, input)`` as it passes."""
+    hooks = [model.get_submodule(m).register_forward_hook(
+        lambda _mod, args, _out, m=m: record(m, args[0].detach())) for m in modules]  # fmt: skip
+    try:
+        with torch.no_grad():
+            for x, _ in batches:
+                model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def capture_moments(
     model: torch.nn.Module, modules: Sequence[str], batches: Batches
 ) -> dict[str, InputMoments]:
@@ -121,21 +136,12 @@ def capture_moments(
     """
     seen: dict[str, InputMoments] = {}
 
-    def hook(_mod, args, _out, m):
-        x = args[0]
+    def record(m: str, x: torch.Tensor) -> None:
         if m not in seen:
             seen[m] = InputMoments.zeros(x.shape[-1])
         seen[m].add(x)
 
-    hooks = [model.get_submodule(m).register_forward_hook(
-        lambda mod, args, out, m=m: hook(mod, args, out, m)) for m in modules]  # fmt: skip
-    try:
-        with torch.no_grad():
-            for x, _ in batches:
-                model(x)
-    finally:
-        for h in hooks:
-            h.remove()
+    _hooked_pass(model, modules, batches, record)
     return {m: seen[m] for m in modules}
 
 
@@ -143,19 +149,8 @@ def capture_inputs(model: torch.nn.Module, modules: Sequence[str], batches: Batc
     """Module path → ``[N, d_in]`` float64 inputs of that ``nn.Linear`` over ``batches``
     (forward hooks; ``N`` = windows × positions)."""
     seen: dict[str, list[torch.Tensor]] = {m: [] for m in modules}
-    hooks = [
-        model.get_submodule(m).register_forward_hook(
-            lambda _mod, args, _out, m=m: seen[m].append(args[0].detach().flatten(0, -2).double())
-        )
-        for m in modules
-    ]
-    try:
-        with torch.no_grad():
-            for x, _ in batches:
-                model(x)
-    finally:
-        for h in hooks:
-            h.remove()
+    _hooked_pass(model, modules, batches,
+                 lambda m, x: seen[m].append(x.flatten(0, -2).double()))  # fmt: skip
     return {m: torch.cat(xs) for m, xs in seen.items()}
 
 
