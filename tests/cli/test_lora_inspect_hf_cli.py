@@ -56,6 +56,11 @@ def test_the_ladder_tables_and_json(made):
     assert len(data["joint"]) == 2 and data["joint"][0]["retention_svd"] is None
     rows = [row for m in data["modules"] for row in m["ladder"]]
     assert len(rows) == 2 * 6 and {row["n_samples"] for row in rows} == {64}
+    quick = json.loads(invoke(made, *options, "--json", "--no-end-to-end").stdout)
+    assert not quick["joint"] and "target" not in quick["reference"]
+    assert any("--no-end-to-end" in n for n in quick["not_computed"])
+    assert [row["output_residual_ow"] for m in quick["modules"] for row in m["ladder"]] == [
+        row["output_residual_ow"] for row in rows]  # the same captured inputs
     whole = [row for row in rows if row["rank"] == 4]
     assert all(row["loss_svd"] == pytest.approx(data["reference"]["target"], rel=1e-6)
                for row in whole)  # fmt: skip

@@ -219,6 +219,11 @@ def inspect(
     dtype: Annotated[
         str, typer.Option(help="The --base model's dtype: float32 or float64.")
     ] = "float32",
+    end_to_end: Annotated[
+        bool,
+        typer.Option(help="With --base: the next-token losses with each update replaced (two "
+                     "passes over the windows per module and rank)."),
+    ] = True,
     random_base: Annotated[
         bool,
         typer.Option(help="Run the ladder on a random init when --base has no weights "
@@ -249,7 +254,7 @@ def inspect(
         if base is not None:
             hf = _lora.HFEvidence(base=base, data=data, tokens=tokens, window=window,
                                   field=field, head=head, dtype=dtype,
-                                  random_init=random_base)  # fmt: skip
+                                  random_init=random_base, end_to_end=end_to_end)  # fmt: skip
         with pinned_threads(threads), working(console, f"inspecting {source}"):
             result, path = _lora.run_lora_inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,

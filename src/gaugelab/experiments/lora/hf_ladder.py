@@ -68,6 +68,8 @@ class HFEvidence:
         dtype: the model's dtype, ``float32`` or ``float64`` (the Gram matrices are float64).
         random_init: run on a random init from the config when the base has no weights.
         batch: windows per forward pass.
+        end_to_end: compute the losses (a causal LM only): ``2·len(ranks)`` passes over the
+            windows per module, as many for the joint table, and 2 for the references.
 
     Raises:
         ValueError: a value outside the allowed ones (naming the option).
@@ -82,6 +84,7 @@ class HFEvidence:
     dtype: str = "float32"
     random_init: bool = False
     batch: int = 8
+    end_to_end: bool = True
 
     def __post_init__(self) -> None:
         for name in ("tokens", "window", "batch"):
@@ -196,11 +199,13 @@ def hf_ladder(adapter: Adapter, evidence: HFEvidence, ranks: tuple[int, ...],
     batches = [(w[:, :-1], w[:, 1:]) for w in torch.split(windows, evidence.batch)]
     deltas = {m: (adapter.modules[m].B.double() @ adapter.modules[m].A.double())
               * adapter.modules[m].scale for m in modules}  # fmt: skip
-    lm = head == "causal-lm"
+    lm = head == "causal-lm" and evidence.end_to_end
     reference = {"base_target": mean_loss(hf.model, batches)} if lm else {}
     replacer = Replacer(hf.model, deltas, transposed)  # W₀ + ΔW from here on
     if lm:
         reference["target"] = mean_loss(hf.model, batches)
+    elif not evidence.end_to_end:
+        notes.append("evidence ladder: end-to-end losses not asked for (--no-end-to-end)")
     else:
         notes.append(f"evidence ladder: end-to-end losses need a language-model head; the base "
                      f"was opened as the backbone (head {head})")  # fmt: skip
