@@ -197,8 +197,8 @@ def hf_ladder(adapter: Adapter, evidence: HFEvidence, ranks: tuple[int, ...],
     window = min(evidence.window, context) if context else evidence.window
     windows = _windows(hf, evidence, window)
     batches = [(w[:, :-1], w[:, 1:]) for w in torch.split(windows, evidence.batch)]
-    deltas = {m: (adapter.modules[m].B.double() @ adapter.modules[m].A.double())
-              * adapter.modules[m].scale for m in modules}  # fmt: skip
+    deltas = {m: (adapter.modules[m].B.double() * adapter.modules[m].scale,
+                  adapter.modules[m].A.double()) for m in modules}  # (s·B, A): factor space
     lm = head == "causal-lm" and evidence.end_to_end
     reference = {"base_target": mean_loss(hf.model, batches)} if lm else {}
     replacer = Replacer(hf.model, deltas, transposed)  # W₀ + ΔW from here on

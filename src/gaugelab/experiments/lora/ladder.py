@@ -45,6 +45,13 @@ from gaugelab.lowrank import (
 
 Batches = Sequence[tuple[torch.Tensor, torch.Tensor]]
 Inputs = torch.Tensor | InputMoments
+Update = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+"""A dense ``ΔW [d_out, d_in]``, or its factors ``(B [d_out, r], A [r, d_in])``."""
+
+
+def dense(update: Update) -> torch.Tensor:
+    """``ΔW`` of a dense update or of factors ``(B, A)``: ``B A``."""
+    return update[0] @ update[1] if isinstance(update, tuple) else update
 
 
 @dataclass(frozen=True)
@@ -161,12 +168,13 @@ class Replacer:
     Args:
         model: the model with the base weights ``W₀`` (and any other trained parameters)
             loaded; modified in place.
-        deltas: module path → ``ΔW`` ``[d_out, d_in]`` float64.
+        deltas: module path → ``ΔW`` ``[d_out, d_in]`` float64, or its factors ``(B, A)``
+            (``ΔW = B A``, the scale folded into ``B``; formed one module at a time).
         transposed: the modules whose weight is stored ``[d_in, d_out]`` (GPT-2's ``Conv1D``):
             their ``ΔWᵀ`` is added.
     """
 
-    def __init__(self, model: torch.nn.Module, deltas: Mapping[str, torch.Tensor],
+    def __init__(self, model: torch.nn.Module, deltas: Mapping[str, Update],
                  transposed: frozenset[str] = frozenset()) -> None:  # fmt: skip
         self.model = model
         self.weights = {m: model.get_submodule(m).weight for m in deltas}
@@ -175,19 +183,24 @@ class Replacer:
         self.transposed = frozenset(transposed)
         self.set({})
 
-    def set(self, updates: Mapping[str, torch.Tensor]) -> None:
-        """Every module holds ``W₀ + cast(updates.get(m, ΔW_m))``."""
+    def set(self, updates: Mapping[str, Update]) -> None:
+        """Every module holds ``W₀ + cast(updates.get(m, ΔW_m))`` (a pair ``(B, A)`` is
+        ``B A``)."""
         with torch.no_grad():
             for m, w in self.weights.items():
-                delta = updates.get(m, self.deltas[m])
+                delta = dense(updates.get(m, self.deltas[m]))
                 delta = delta.mT if m in self.transposed else delta
                 w.copy_(self.base[m] + delta.to(w.dtype))
 
 
-def _output_energy(delta: torch.Tensor, X: Inputs) -> float:
+def _output_energy(update: Update, X: Inputs) -> float:
+    if isinstance(update, tuple):  # ⟨BᵀB, A C Aᵀ⟩ (C = XᵀX/N)
+        B, A = update
+        C = X.covariance if isinstance(X, InputMoments) else X.mT @ X / X.shape[0]
+        return float(((B.mT @ B) * (A @ C @ A.mT)).sum())
     if isinstance(X, InputMoments):  # tr(ΔW C ΔWᵀ)
-        return float(((delta @ X.covariance) * delta).sum())
-    return float(((X @ delta.mT) ** 2).sum()) / X.shape[0]
+        return float(((update @ X.covariance) * update).sum())
+    return float(((X @ update.mT) ** 2).sum()) / X.shape[0]
 
 
 def ladder(
@@ -200,6 +213,11 @@ def ladder(
 ) -> tuple[list[LadderRow], list[JointRow]]:
     """The per-module rows (module order, then rank) and the joint rows (rank order).
 
+    A module whose update the replacer holds as factors ``(B, A)`` is decomposed in factor
+    space (QR of the factors and an ``r × r`` SVD, :func:`gaugelab.lowrank.factored_svd`); a
+    dense one by its dense SVD. The joint rows' truncations are kept as factors and formed
+    one module at a time.
+
     Args:
         replacer: the model and the updates (float64).
         inputs: module → ``[N, d_in]`` float64 captured inputs, or their float64
@@ -211,18 +229,19 @@ def ladder(
             support tolerances, :func:`gaugelab.lowrank.output_weighted_rank_r`).
     """
     rows: list[LadderRow] = []
-    svd: dict[int, dict[str, torch.Tensor]] = {r: {} for r in ranks}
-    ow: dict[int, dict[str, torch.Tensor]] = {r: {} for r in ranks}
-    for module, delta in replacer.deltas.items():
-        X = inputs[module]
-        sweep = reconstruct_by_rank(delta, ranks, matrix_id=module, computed_in=computed_in)
+    svd: dict[int, dict[str, Update]] = {r: {} for r in ranks}
+    ow: dict[int, dict[str, Update]] = {r: {} for r in ranks}
+    for module, update in replacer.deltas.items():
+        X, delta = inputs[module], dense(update)  # [d_out, d_in]
+        sweep = reconstruct_by_rank(update, ranks, matrix_id=module, computed_in=computed_in)
         energy = float((delta**2).sum())
-        output_energy = _output_energy(delta, X)
+        output_energy = _output_energy(update, X)
         for r, row in zip(ranks, sweep.rows, strict=True):
             by_svd = row.B @ row.A  # [d_out, d_in]
-            fit = output_weighted_rank_r(delta, X, r, matrix_id=module, computed_in=computed_in)
+            fit = output_weighted_rank_r(update, X, r, matrix_id=module, computed_in=computed_in)
             by_ow = fit.delta_r
-            svd[r][module], ow[r][module] = by_svd, by_ow
+            if target is not None:
+                svd[r][module], ow[r][module] = (row.B, row.A), (fit.B, fit.A)
             loss_svd = loss_ow = None
             if target is not None:
                 replacer.set({module: by_svd})
@@ -234,7 +253,8 @@ def ladder(
                 weight_residual=float(((delta - by_svd) ** 2).sum()),
                 weight_residual_ow=float(((delta - by_ow) ** 2).sum()),
                 update_energy=energy,
-                output_residual_svd=output_residual(delta, by_svd, X).direct,
+                output_residual_svd=output_residual(
+                    update, (row.B, row.A) if isinstance(update, tuple) else by_svd, X).direct,
                 output_residual_ow=fit.residual.direct,
                 output_energy=output_energy,
                 invisible_energy=fit.invisible_update_energy,
