@@ -195,6 +195,36 @@ def inspect(
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the result as JSON (no tables).")
     ] = False,
+    data: Annotated[
+        str | None,
+        typer.Option(help="Text the ladder reads with --base: a UTF-8 text file, or .jsonl "
+                     "(one object per line, the document in --field)."),
+    ] = None,
+    tokens: Annotated[
+        int, typer.Option(help="Input positions the ladder reads from --data (per module).")
+    ] = 4096,
+    window: Annotated[
+        int, typer.Option(help="Positions per window of --data (capped by the model's context).")
+    ] = 128,
+    field: Annotated[str, typer.Option(help="The JSONL field holding a document.")] = "text",
+    head: Annotated[
+        str,
+        typer.Option(help="Open --base as: auto (causal-lm for a CAUSAL_LM adapter, else base), "
+                     "causal-lm, or base (the backbone: no end-to-end loss)."),
+    ] = "auto",
+    dtype: Annotated[
+        str, typer.Option(help="The --base model's dtype: float32 or float64.")
+    ] = "float32",
+    end_to_end: Annotated[
+        bool,
+        typer.Option(help="With --base: the next-token losses with each update replaced (two "
+                     "passes over the windows per module and rank)."),
+    ] = True,
+    random_base: Annotated[
+        bool,
+        typer.Option(help="Run the ladder on a random init when --base has no weights "
+                     "(refused otherwise: it measures nothing about your base)."),
+    ] = False,
 ) -> None:
     """What an adapter's updates are: rank policies, spectrum, truncation, evidence ladder.
 
@@ -204,7 +234,8 @@ def inspect(
     stored pretrain run) also the evidence ladder: weight residual, output residual on the
     layer's real inputs, and target validation loss when each update is replaced by its
     weight-SVD or its output-weighted rank-r truncation, per layer and jointly. A plain PEFT
-    folder gets what the factors allow, and the list of what could not be computed.
+    folder gets what the factors allow, and the list of what could not be computed; with
+    `--base FOLDER --data FILE` (a Hugging Face model and your text) it gets the ladder too.
     """
     console = wide_console()
     try:
@@ -212,13 +243,21 @@ def inspect(
         if any(r < 0 for r in wanted):
             raise ValueError(f"--ranks {ranks}; allowed: integers >= 0")
         check_location("--out", out, folder=True)
+        if data is not None and base is None:
+            raise ValueError("--data needs --base: the ladder reads a base model and text")
+        hf = None
+        if data is not None:
+            hf = _lora.HFEvidence(base=str(base), data=data, tokens=tokens, window=window,
+                                  field=field, head=head, dtype=dtype,
+                                  random_init=random_base, end_to_end=end_to_end)  # fmt: skip
         with pinned_threads(threads), working(console, f"inspecting {source}"):
             result, path = _lora.run_lora_inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
-                report_dir=out, write_report=report, base=base,
+                report_dir=out, write_report=report, base=base, hf=hf,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
-    except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError,
+            _store.StoreError) as exc:  # fmt: skip
         options = {"seed": "--seed", "ranks": "--ranks", "study": "--study"}
         raise fail(str(exc).removeprefix("inspect_lora: "), options) from None
     if json_out:

@@ -40,6 +40,7 @@ from gaugelab.lowrank.spectra.ranks import (
 from gaugelab.lowrank.spectra.reconstruction import (
     BALANCES,
     CovarianceSupport,
+    InputMoments,
     OutputResidual,
     OutputWeightedTruncation,
     RankSweep,
@@ -55,6 +56,7 @@ __all__ = [
     "POLICIES",
     "CovarianceSupport",
     "FactoredSvd",
+    "InputMoments",
     "OutputResidual",
     "OutputWeightedTruncation",
     "RankReport",

@@ -13,7 +13,9 @@
   train / val / test splits (:mod:`gaugelab.tasks.domains`), defined by a :class:`TwoDomainSpec`
   from :func:`two_domain_spec`, whose :class:`TextSource` records (tiny-shakespeare, the pinned
   stdlib list :data:`STDLIB_FILES`, user paths) pin every file's sha256
-  (:mod:`gaugelab.tasks.sources`).
+  (:mod:`gaugelab.tasks.sources`);
+* :func:`token_windows` — a user's text or JSONL file (:func:`read_documents`) as next-token
+  windows under a token budget (:mod:`gaugelab.tasks.token_windows`).
 """
 
 from gaugelab.tasks.domains import (
@@ -40,6 +42,7 @@ from gaugelab.tasks.sources import (
     tiny_shakespeare_source,
 )
 from gaugelab.tasks.text import TINY_SHAKESPEARE_SHA256, CharText, tiny_shakespeare_bytes
+from gaugelab.tasks.token_windows import read_documents, token_windows
 from gaugelab.tasks.tokens import TokenText
 
 __all__ = [
@@ -60,9 +63,11 @@ __all__ = [
     "factor_init",
     "make_sensing",
     "path_source",
+    "read_documents",
     "read_source",
     "stdlib_source",
     "tiny_shakespeare_bytes",
     "tiny_shakespeare_source",
+    "token_windows",
     "two_domain_spec",
 ]

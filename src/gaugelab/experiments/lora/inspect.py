@@ -6,8 +6,9 @@ reports the configured rank, every rank policy (seed 003 §0x04I, plus §0x0BE's
 rank), the spectrum and the weight-space truncation table (§0x04D) — all from the factors
 alone, in factor space — and, when gaugelab knows the base model and its data (a stored run, or
 an adapter whose ``base_model_name_or_path`` names a pretrain run in the store), the evidence
-ladder of §0x04M (:mod:`gaugelab.experiments.lora.ladder`). What could not be computed is
-listed, with why.
+ladder of §0x04M (:mod:`gaugelab.experiments.lora.ladder`). An adapter of a Hugging Face model
+gets the same ladder on the user's own base folder and data
+(:mod:`gaugelab.experiments.lora.hf_ladder`). What could not be computed is listed, with why.
 
 Source: seed 003 §0x04 (reconstruction), §0x04I (policies), §0x04M (ladder), §0x0BE–0x0BF.
 """
@@ -24,6 +25,7 @@ import torch
 from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.names import module_order, parse_module_name
 from gaugelab.experiments.lora.data import base_model, eval_batches, finetune_corpus
+from gaugelab.experiments.lora.hf_ladder import HFEvidence, hf_ladder
 from gaugelab.experiments.lora.ladder import (
     JointRow,
     LadderRow,
@@ -85,6 +87,8 @@ class InspectResult:
         joint: one :class:`JointRow` per rank (empty without the ladder).
         not_computed: what could not be computed, and why.
         other_updates: parameters the update also changed that are not analysed (dense).
+        data: what the ladder read (``None``: the study's target validation batches; for a
+            Hugging Face base, the data file, windows and head).
     """
 
     source: str
@@ -97,11 +101,12 @@ class InspectResult:
     joint: list[JointRow] = field(default_factory=list)
     not_computed: list[str] = field(default_factory=list)
     other_updates: list[str] = field(default_factory=list)
+    data: str | None = None
 
     @property
     def has_ladder(self) -> bool:
         """Whether the evidence ladder was computed."""
-        return bool(self.joint)
+        return any(m.ladder for m in self.modules)
 
 
 def _module_report(module: str, update: object, configured: int | None, scale: float | None,
@@ -131,6 +136,7 @@ def inspect_lora(
     study: str | None = None,
     evidence: bool = True,
     base: str | os.PathLike[str] | None = None,
+    hf: HFEvidence | None = None,
 ) -> InspectResult:
     """Inspect an adapter: per module, rank policies, spectrum, truncation and evidence ladder.
 
@@ -150,6 +156,8 @@ def inspect_lora(
             Hugging Face folder, :class:`~gaugelab.adapters.checkpoint.BaseCheckpoint`):
             every module is checked against it, and a DoRA adapter is analysed through its
             effective update (:func:`~gaugelab.adapters.dora.dora_delta`), which needs it.
+        hf: a Hugging Face base folder and data for the ladder of an adapter folder
+            (:class:`~gaugelab.experiments.lora.hf_ladder.HFEvidence`).
 
     Returns:
         The :class:`InspectResult`. Every decomposition runs in float64 with the tolerances of
@@ -162,7 +170,9 @@ def inspect_lora(
             an unreadable adapter (as :meth:`gaugelab.adapters.Adapter.load`); an adapter
             module whose shape differs from its base model's, or that the ``base``
             checkpoint lacks (one line naming both); a DoRA adapter without ``base``; a
-            ``base`` that is not a safetensors checkpoint, or given for a stored run.
+            ``base`` that is not a safetensors checkpoint, or given for a stored run; ``hf``
+            for a source that is not an adapter, or a refusal of
+            :func:`~gaugelab.experiments.lora.hf_ladder.hf_ladder`.
         ArtifactError: a file the run recorded changed since it was written.
 
     Source: seed 003 §0x04I, §0x04K, §0x04M, §0x0BE.
@@ -173,10 +183,11 @@ def inspect_lora(
     checkpoint = None if base is None else BaseCheckpoint.open(base)
     with open_store(store) as db:
         found = find(str(source), db, seed, study, "inspect_lora", base=checkpoint)
-        return _inspect(found.source, ranks, evidence)
+        return _inspect(found.source, ranks, evidence, hf)
 
 
-def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:
+def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool,
+             hf: HFEvidence | None = None) -> InspectResult:  # fmt: skip
     f64 = torch.float64
     modules = []
     for m, (B, A, s) in found.factors.items():  # in factor space: no [d_out, d_in] matrix
@@ -190,10 +201,12 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
     result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
                            dict(found.logged), not_computed=list(found.missing),
                            other_updates=sorted(found.others))  # fmt: skip
+    if hf is not None:
+        return _on_hf_base(result, found, hf, evidence)
     if found.pretrain is None or found.weights is None:
         return result
     if not evidence:
-        result.not_computed.append("evidence ladder: not asked for (--no-evidence; evidence=False)")
+        result.not_computed.append(_NOT_ASKED)
         return result
     deltas = {m: (B.to(torch.float64) @ A.to(torch.float64)) * s  # the ladder swaps ΔW in
               for m, (B, A, s) in found.factors.items()}  # fmt: skip
@@ -214,15 +227,38 @@ def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectRe
     inputs = capture_inputs(model, list(deltas), val["target"])
     rows, result.joint = ladder(replacer, inputs, val["target"], val["retention"], ranks,
                                 found.dtype)  # fmt: skip
+    return _attach(result, rows)
+
+
+_NOT_ASKED = "evidence ladder: not asked for (--no-evidence; evidence=False)"
+
+
+def _on_hf_base(result: InspectResult, found: Source, hf: HFEvidence,
+                evidence: bool) -> InspectResult:  # fmt: skip
+    if found.adapter is None:
+        raise ValueError(f"inspect_lora: --base {hf.base}: {found.source} is a full fine-tuning "
+                         "run; allowed: a LoRA adapter of that Hugging Face model")  # fmt: skip
+    result.not_computed = [n for n in result.not_computed if not n.startswith("evidence ladder")]
+    if not evidence:
+        result.not_computed.append(_NOT_ASKED)
+        return result
+    run = hf_ladder(found.adapter, hf, result.ranks, found.dtype)
+    result.reference.update(run.reference)
+    result.joint = run.joint
+    result.not_computed.extend(run.notes)
+    result.data = (f"{hf.data}: {run.n_windows} window(s) of {run.window} token(s), base "
+                   f"{hf.base} (head {run.head})")  # fmt: skip
+    return _attach(result, run.rows)
+
+
+def _attach(result: InspectResult, rows: list[LadderRow]) -> InspectResult:
+    """``result`` with each module's ladder rows."""
     by_module: dict[str, list[LadderRow]] = {}
     for row in rows:
         by_module.setdefault(row.module, []).append(row)
-    result.modules = [_with_ladder(m, by_module.get(m.module, [])) for m in modules]
+    result.modules = [ModuleReport(**{**m.__dict__, "ladder": by_module.get(m.module, [])})
+                      for m in result.modules]  # fmt: skip
     return result
-
-
-def _with_ladder(report: ModuleReport, rows: list[LadderRow]) -> ModuleReport:
-    return ModuleReport(**{**report.__dict__, "ladder": rows})
 
 
 def to_json(result: InspectResult) -> str:

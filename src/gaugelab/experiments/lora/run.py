@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gaugelab.experiments.lora.hf_ladder import HFEvidence
 from gaugelab.experiments.lora.inspect import InspectResult, ModuleReport, inspect_lora
 from gaugelab.experiments.lora.results import (
     Candidate,
@@ -64,6 +65,7 @@ __all__ = [
     "Candidate",
     "Curves",
     "FinetuneSpec",
+    "HFEvidence",
     "InspectResult",
     "LoraResult",
     "ModuleReport",
@@ -179,11 +181,12 @@ def run_lora_inspect(
     report_dir: str | os.PathLike[str] | None = None,
     write_report: bool = True,
     base: str | os.PathLike[str] | None = None,
+    hf: HFEvidence | None = None,
 ) -> tuple[InspectResult, Path | None]:
     """:func:`inspect_lora`, then its report (figures, ``inspect.json``, ``report.html``).
 
     Args:
-        source, store, ranks, seed, study, evidence, base: as :func:`inspect_lora`.
+        source, store, ranks, seed, study, evidence, base, hf: as :func:`inspect_lora`.
         report_dir: the report folder (must not hold one); default a new timestamped folder
             in ``<store folder>/reports/inspect-<source>/``.
         write_report: write it (False: only inspect).
@@ -200,7 +203,7 @@ def run_lora_inspect(
         folder = Path(report_dir)
         refuse_existing(folder)
     result = inspect_lora(source, store=store, ranks=ranks, seed=seed, study=study,
-                          evidence=evidence, base=base)  # fmt: skip
+                          evidence=evidence, base=base, hf=hf)  # fmt: skip
     if not write_report:
         return result, None
     folder = (

@@ -26,6 +26,11 @@ def _rel(x: float, ref: float) -> float | None:
     return x / ref if ref > 0 else None
 
 
+def _unit(result: InspectResult) -> str:
+    """What a loss is per: a character (gaugelab's model), a token (a Hugging Face base)."""
+    return "char" if result.data is None else "token"
+
+
 def policy_table(result: InspectResult) -> rep.Table:
     """Every rank policy of each module's update (seed 003 §0x04I, §0x0BE)."""
     rows = [
@@ -86,48 +91,57 @@ def truncation_table(result: InspectResult) -> rep.Table:
 
 
 def ladder_table(result: InspectResult) -> rep.Table | None:
-    """Per module and rank: weight residual, output residuals, end-to-end target loss."""
+    """Per module and rank: weight residual, output residuals, end-to-end target loss (where a
+    loss is computed)."""
     if not result.has_ladder:
         return None
-    ref = result.reference["target"]
+    ref = result.reference.get("target")
     rows = [
         [m.module, row.rank, f"{row.support_rank}/{m.shape[1]}",
          _rel(row.weight_residual, row.update_energy),
          _rel(row.weight_residual_ow, row.update_energy),
          _rel(row.output_residual_svd, row.output_energy),
-         _rel(row.output_residual_ow, row.output_energy), row.loss_svd - ref,
-         row.loss_ow - ref, row.loss_ow - row.loss_svd]
+         _rel(row.output_residual_ow, row.output_energy),
+         *(() if ref is None else (row.loss_svd - ref, row.loss_ow - ref,
+                                   row.loss_ow - row.loss_svd))]
         for m in result.modules
         for row in m.ladder
     ]  # fmt: skip
+    first = next(m.ladder[0] for m in result.modules if m.ladder)
+    losses = ["Δ target loss SVD", "Δ target loss OW", "OW − SVD"] if ref is not None else []
+    inputs = result.data or "target validation"
+    unit = _unit(result)
+    tail = (f"Δ loss against the model with the whole update ({ref:.4f} nats/{unit})"
+            if ref is not None else "no end-to-end loss (no language-model head)")  # fmt: skip
     return rep.Table(
         title="Evidence ladder per module (only that module's update replaced)",
         columns=["module", "rank", "input support", "weight resid. SVD", "weight resid. OW",
-                 "output resid. SVD", "output resid. OW", "Δ target loss SVD", "Δ target loss OW",
-                 "OW − SVD"],
+                 "output resid. SVD", "output resid. OW", *losses],
         rows=rows,
         caption=f"SVD: weight-space truncation; OW: output-weighted truncation on the layer's "
-        f"captured inputs (target validation, N = "
-        f"{result.modules[0].ladder[0].n_samples if result.modules[0].ladder else 0}). "
+        f"captured inputs ({inputs}, N = {first.n_samples}). "
         "Input support: the rank of the inputs' covariance above its support tolerance, of "
         "d_in; OW drops ΔW on the directions outside it (the data cannot see them), so its "
         "weight residual can be large while its output residual is small. "
-        "Residuals relative to ‖ΔW‖_F² and (1/N)‖XΔWᵀ‖_F²; Δ loss against the model with the "
-        f"whole update ({ref:.4f} nats/char). Seed 003 §0x04M: none of these levels implies "
-        "the next.",
+        f"Residuals relative to ‖ΔW‖_F² and (1/N)‖XΔWᵀ‖_F²; {tail}. Seed 003 §0x04M: none "
+        "of these levels implies the next.",
     )  # fmt: skip
 
 
 def joint_table(result: InspectResult) -> rep.Table | None:
-    """Every module replaced at once, per rank; with the whole update and with none."""
-    if not result.has_ladder:
+    """Every module replaced at once, per rank; with the whole update and with none (the
+    retention columns where there is a retention domain)."""
+    if not result.joint:
         return None
     r = result.reference
-    rows = [["whole update", r["target"], r["target"], r["retention"], r["retention"]]]
-    rows += [[f"rank {j.rank}", j.target_svd, j.target_ow, j.retention_svd, j.retention_ow]
+    kept = "retention" in r
+    rows = [["whole update", r["target"], r["target"],
+             *((r["retention"], r["retention"]) if kept else ())]]  # fmt: skip
+    rows += [[f"rank {j.rank}", j.target_svd, j.target_ow,
+              *((j.retention_svd, j.retention_ow) if kept else ())]
              for j in result.joint]  # fmt: skip
     rows.append(["no update (pretrained)", r["base_target"], r["base_target"],
-                 r["base_retention"], r["base_retention"]])  # fmt: skip
+                 *((r["base_retention"], r["base_retention"]) if kept else ())])  # fmt: skip
     logged = ""
     if "logged_target" in r:
         how = " with the unmerged adapter" if result.method == "lora" else ""
@@ -135,13 +149,14 @@ def joint_table(result: InspectResult) -> rep.Table | None:
             f" The run logged {r['logged_target']:.4f} (target) and "
             f"{r['logged_retention']:.4f} (retention){how}."
         )
+    on = "" if result.data is None else f" Loss on {result.data}."
     return rep.Table(
         title="Evidence ladder, every module replaced jointly: validation loss",
-        columns=["replacement", "target (SVD)", "target (OW)", "retention (SVD)",
-                 "retention (OW)"],
+        columns=["replacement", "target (SVD)", "target (OW)",
+                 *(("retention (SVD)", "retention (OW)") if kept else ())],
         rows=rows,
         caption="Merged weights W₀ + ΔŴ in every adapted module at once; each module's "
-        "output-weighted truncation uses its inputs in the unmodified model." + logged,
+        "output-weighted truncation uses its inputs in the unmodified model." + logged + on,
     )  # fmt: skip
 
 
@@ -189,7 +204,7 @@ def ladder_figure(result: InspectResult) -> Figure:
     ax.axhline(result.reference["base_target"], color="0.6", linestyle=":", label="pretrained")
     ax.set_xscale("log", base=2)
     ax.set(title="Every module truncated at rank r", xlabel="rank r",
-           ylabel="target validation loss (nats/char)")  # fmt: skip
+           ylabel=f"target validation loss (nats/{_unit(result)})")  # fmt: skip
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return fig
@@ -217,7 +232,7 @@ def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Pa
     figures = [rep.save_figure(spectrum_figure(result), folder, "spectrum",
                                caption="Singular values of each update, relative to the first "
                                "(line style: block).")]  # fmt: skip
-    if result.has_ladder:
+    if result.joint:
         figures.append(rep.save_figure(ladder_figure(result), folder, "ladder",
                                        caption="End-to-end target loss with every module's "
                                        "update truncated at rank r."))  # fmt: skip

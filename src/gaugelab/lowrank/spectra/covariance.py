@@ -1,5 +1,10 @@
 """Sampled input covariance, its support and blind spot, and the output residual (private;
-the public names are re-exported by ``gaugelab.lowrank.spectra.reconstruction``)."""
+the public names are re-exported by ``gaugelab.lowrank.spectra.reconstruction``).
+
+The inputs are rows ``X [N, n]``, or their streamed second moment (:class:`InputMoments`:
+``XᵀX`` and ``N``, summed batch by batch) when ``N`` rows are too many to hold: every quantity
+here depends on ``X`` only through ``C = XᵀX/N``.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +24,64 @@ from gaugelab.lowrank.spectra.factored import (
 
 __all__ = [
     "CovarianceSupport",
+    "InputMoments",
     "OutputResidual",
     "check_inputs",
     "covariance_support",
     "output_residual",
 ]
+
+
+@dataclass
+class InputMoments:
+    """A layer's sampled inputs known through their second moment, accumulated batch by batch.
+
+    Attributes:
+        gram: ``[n, n]`` ``Σ_t x_t x_tᵀ = XᵀX`` over every row added so far (float32/float64).
+        count: ``N``, the rows added.
+
+    Source: seed 003 §0x04E (``C_X = XᵀX/N`` is all the output residual needs).
+    """
+
+    gram: torch.Tensor
+    count: int = 0
+
+    @classmethod
+    def zeros(cls, n: int, dtype: torch.dtype = torch.float64) -> InputMoments:
+        """No rows yet: an ``[n, n]`` zero Gram matrix in ``dtype``."""
+        return cls(torch.zeros(n, n, dtype=dtype), 0)
+
+    def add(self, X: torch.Tensor) -> None:
+        """Add the rows of ``X [..., n]`` (cast to the Gram's dtype; every leading axis a row).
+
+        Raises:
+            ValueError: ``X``'s last axis is not ``n``.
+        """
+        rows = X.detach().reshape(-1, X.shape[-1]).to(self.gram.dtype)  # [N_batch, n]
+        if rows.shape[1] != self.gram.shape[0]:
+            raise ValueError(f"InputMoments.add: X has width {rows.shape[1]}; allowed: "
+                             f"{self.gram.shape[0]}")  # fmt: skip
+        self.gram.addmm_(rows.mT, rows)
+        self.count += rows.shape[0]
+
+    @property
+    def covariance(self) -> torch.Tensor:
+        """``[n, n]`` ``C = XᵀX/N``."""
+        return self.gram / self.count
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(N, n)``, the shape of the rows summarised."""
+        return (self.count, self.gram.shape[0])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The Gram matrix's dtype."""
+        return self.gram.dtype
+
+
+Inputs = torch.Tensor | InputMoments
+"""Sampled inputs: rows ``[N, n]`` or their :class:`InputMoments`."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +117,7 @@ class CovarianceSupport:
 
 
 def covariance_support(
-    X: torch.Tensor,
+    X: Inputs,
     *,
     support_tol: float | None = None,
     computed_in: torch.dtype | None = None,
@@ -71,7 +129,8 @@ def covariance_support(
     ``invisible``.
 
     Args:
-        X: ``[N, n]`` real floating tensor, ``N ≥ 1`` sampled inputs (rows) of the layer.
+        X: ``[N, n]`` real floating tensor, ``N ≥ 1`` sampled inputs (rows) of the layer, or
+            their :class:`InputMoments`.
         support_tol: absolute cut-off ``≥ 0`` on the eigenvalues of ``C`` (squared input
             units). Distinct from any rank tolerance on singular values of an update.
             Default ``max(λ_max, 0)·n·eps(computed_in)``; with it an all-zero ``X`` has an
@@ -93,7 +152,7 @@ def covariance_support(
     func = "covariance_support"
     X = check_inputs(X, func)
     N, n = X.shape
-    C = X.mT @ X / N  # [n, n]
+    C = X.covariance if isinstance(X, InputMoments) else X.mT @ X / N  # [n, n]
     C = 0.5 * (C + C.mT)
     lam, Q = torch.linalg.eigh(C)  # [n] ascending, [n, n]
     if support_tol is None:
@@ -123,7 +182,9 @@ class OutputResidual:
         direct: ``raw / N``, the mean output residual.
         traced: ``tr(R C Rᵀ)``, the same quantity through the covariance (§0x04E).
         n_samples: ``N``.
-        agree: ``|direct − traced| ≤ √eps·(‖XΔWᵀ‖_F² + ‖XΔŴᵀ‖_F²)/N`` in the inputs' dtype.
+        agree: ``|direct − traced| ≤ √eps·(‖XΔWᵀ‖_F² + ‖XΔŴᵀ‖_F²)/N`` in the inputs' dtype
+            (``True`` for :class:`InputMoments`, where only the trace can be taken and
+            ``direct = traced``).
     """
 
     raw: float
@@ -133,7 +194,7 @@ class OutputResidual:
     agree: bool
 
 
-def output_residual(delta: object, delta_hat: object, X: torch.Tensor) -> OutputResidual:
+def output_residual(delta: object, delta_hat: object, X: Inputs) -> OutputResidual:
     """Mean squared change of a linear layer's outputs, ``(1/N)‖X (ΔW − ΔŴ)ᵀ‖_F²``.
 
     Computed directly from the outputs and through ``tr(R C Rᵀ)``, both recorded. When both
@@ -143,7 +204,8 @@ def output_residual(delta: object, delta_hat: object, X: torch.Tensor) -> Output
     Args:
         delta, delta_hat: each a dense ``[m, n]`` tensor or factors ``(B, A[, scale])``,
             same ``(m, n)`` and dtype; not batched.
-        X: ``[N, n]`` sampled inputs (rows), ``delta``'s dtype, ``N ≥ 1``.
+        X: ``[N, n]`` sampled inputs (rows), ``delta``'s dtype, ``N ≥ 1``; or their
+            :class:`InputMoments` (then only the trace is taken: ``direct = traced``).
 
     Returns:
         ``OutputResidual``.
@@ -164,9 +226,8 @@ def output_residual(delta: object, delta_hat: object, X: torch.Tensor) -> Output
         )
     X = check_inputs(X, func, first)
     N = X.shape[0]
-    Y, Y_hat = first.apply(X), second.apply(X)  # [N, m] each
-    raw = ((Y - Y_hat) ** 2).sum()
-    C = X.mT @ X / N  # [n, n]
+    streamed = isinstance(X, InputMoments)
+    C = X.covariance if streamed else X.mT @ X / N  # [n, n]
     if first.dense is None and second.dense is None:
         B_cat = torch.cat([scaled(first.B, first.scale), -scaled(second.B, second.scale)], 1)
         A_cat = torch.cat([first.A, second.A], 0)  # [r1 + r2, n]
@@ -174,14 +235,26 @@ def output_residual(delta: object, delta_hat: object, X: torch.Tensor) -> Output
     else:
         R = first.to_dense() - second.to_dense()  # [m, n]
         traced = ((R @ C) * R).sum()
+    if streamed:
+        return OutputResidual(float(traced) * N, float(traced), float(traced), N, True)
+    Y, Y_hat = first.apply(X), second.apply(X)  # [N, m] each
+    raw = ((Y - Y_hat) ** 2).sum()
     reference = float((Y**2).sum() + (Y_hat**2).sum()) / N
     direct, traced = float(raw) / N, float(traced)
     agree = abs(direct - traced) <= math.sqrt(torch.finfo(X.dtype).eps) * reference
     return OutputResidual(float(raw), direct, traced, N, agree)
 
 
-def check_inputs(X: object, func: str, update: Update | None = None) -> torch.Tensor:
-    """Raise unless ``X`` is finite float32/float64 ``[N, n]``, ``N >= 1``, matching ``update``."""
+def check_inputs(X: object, func: str, update: Update | None = None) -> Inputs:
+    """Raise unless ``X`` is finite float32/float64 ``[N, n]``, ``N >= 1``, matching ``update``
+    (or :class:`InputMoments` of such rows: an ``[n, n]`` Gram matrix of ``N >= 1`` rows)."""
+    if isinstance(X, InputMoments):
+        gram = X.gram
+        if gram.ndim != 2 or gram.shape[0] != gram.shape[1] or X.count < 1:
+            raise ValueError(f"{func}: X's Gram matrix must be [n, n] over N >= 1 rows, got "
+                             f"shape {tuple(gram.shape)} and N = {X.count}")  # fmt: skip
+        check_inputs(gram, func, update)  # dtype, finiteness and width as for rows
+        return X
     if not isinstance(X, torch.Tensor):
         raise TypeError(f"{func}: X must be a torch.Tensor, got {type(X).__name__}")
     if X.ndim != 2 or X.shape[0] < 1 or not X.is_floating_point():

@@ -16,6 +16,8 @@ import torch
 
 from gaugelab.lowrank.spectra.covariance import (
     CovarianceSupport,
+    InputMoments,
+    Inputs,
     OutputResidual,
     check_inputs,
     covariance_support,
@@ -35,6 +37,7 @@ from gaugelab.lowrank.spectra.factored import (
 __all__ = [
     "BALANCES",
     "CovarianceSupport",
+    "InputMoments",
     "OutputResidual",
     "OutputWeightedTruncation",
     "RankSweep",
@@ -211,7 +214,7 @@ class OutputWeightedTruncation:
 
 def output_weighted_rank_r(
     delta: object,
-    X: torch.Tensor,
+    X: Inputs,
     r: int,
     support_tol: float | None = None,
     *,
@@ -230,7 +233,8 @@ def output_weighted_rank_r(
 
     Args:
         delta: dense ``[m, n]`` or factors ``(B, A[, scale])``; not batched.
-        X: ``[N, n]`` sampled inputs of the layer (rows), ``delta``'s dtype, ``N ≥ 1``.
+        X: ``[N, n]`` sampled inputs of the layer (rows), ``delta``'s dtype, ``N ≥ 1``; or
+            their :class:`InputMoments` (streamed ``XᵀX`` and ``N``: the same truncation).
         r: target rank, an int ``≥ 0``.
         support_tol: covariance cut-off (see ``covariance_support``; default
             ``max(λ)·n·eps(computed_in)``), distinct from ``tie_rtol`` and any rank tolerance.
