@@ -66,8 +66,15 @@ def test_the_ladder_tables_and_json(made):
                for row in whole)  # fmt: skip
 
 
+def test_base_alone_checks_the_modules_and_leaves_the_ladder_to_data(made):
+    result = invoke(made, "--base", f"{made}/gpt2-base", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["modules"] and not any(m["ladder"] for m in data["modules"])
+
+
 @pytest.mark.parametrize(("args", "message"), [
-    (("--base", "{tmp}/gpt2-base"), "error: --base needs --data"),
+    (("--data", "{tmp}/data.txt"), "error: --data needs --base"),
     (("--base", "{tmp}/gpt2-base", "--data", "{tmp}/data.txt", "--head", "seq2seq"),
      "error: --head 'seq2seq'; allowed: auto, causal-lm, base"),
     (("--base", "{tmp}/gpt2-base", "--data", "{tmp}/data.txt", "--tokens", "4"),
