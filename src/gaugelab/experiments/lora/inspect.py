@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -127,6 +127,7 @@ def inspect_lora(
     seed: int | None = None,
     study: str | None = None,
     evidence: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> InspectResult:
     """Inspect an adapter: per module, rank policies, spectrum, truncation and evidence ladder.
 
@@ -142,6 +143,7 @@ def inspect_lora(
         study: where a candidate label is looked up (default: the newest fine-tuning study
             of the store that has it).
         evidence: compute the evidence ladder when base model and data are known.
+        progress: called as ``progress("inspecting", i, n)`` after each of the ``n`` modules.
 
     Returns:
         The :class:`InspectResult`. Every decomposition runs in float64 with the tolerances of
@@ -162,19 +164,25 @@ def inspect_lora(
         raise ValueError(f"inspect_lora: ranks={list(ranks)}; allowed: integers >= 0")
     with open_store(store) as db:
         found = find(str(source), db, seed, study, "inspect_lora")
-        return _inspect(found.source, ranks, evidence)
+        return _inspect(found.source, ranks, evidence, progress)
 
 
-def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool) -> InspectResult:
+def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool,
+             progress: Callable[[str, int, int], None] | None) -> InspectResult:  # fmt: skip
     f64 = torch.float64
     modules = []
+    total = len(found.factors) + len(found.dense)
     for m, (B, A, s) in found.factors.items():  # in factor space: no [d_out, d_in] matrix
         factors = (B.to(f64), A.to(f64), s)
         modules.append(_module_report(m, factors, A.shape[0], s, (B.shape[0], A.shape[1]),
                                       ranks, found.dtype))  # fmt: skip
+        if progress is not None:
+            progress("inspecting", len(modules), total)
     for m, delta in found.dense.items():
         modules.append(_module_report(m, delta.to(f64), None, None, tuple(delta.shape), ranks,
                                       found.dtype))  # fmt: skip
+        if progress is not None:
+            progress("inspecting", len(modules), total)
     modules.sort(key=lambda m: module_order(m.module))
     result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
                            dict(found.logged), not_computed=list(found.missing),

@@ -23,7 +23,7 @@ ladder), §0x0BE–0x0BF (full-update rank by layer and module).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,11 +178,12 @@ def run_lora_inspect(
     evidence: bool = True,
     report_dir: str | os.PathLike[str] | None = None,
     write_report: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[InspectResult, Path | None]:
     """:func:`inspect_lora`, then its report (figures, ``inspect.json``, ``report.html``).
 
     Args:
-        source, store, ranks, seed, study, evidence: as :func:`inspect_lora`.
+        source, store, ranks, seed, study, evidence, progress: as :func:`inspect_lora`.
         report_dir: the report folder (must not hold one); default a new timestamped folder
             in ``<store folder>/reports/inspect-<source>/``.
         write_report: write it (False: only inspect).
@@ -199,7 +200,7 @@ def run_lora_inspect(
         folder = Path(report_dir)
         refuse_existing(folder)
     result = inspect_lora(source, store=store, ranks=ranks, seed=seed, study=study,
-                          evidence=evidence)  # fmt: skip
+                          evidence=evidence, progress=progress)  # fmt: skip
     if not write_report:
         return result, None
     folder = (

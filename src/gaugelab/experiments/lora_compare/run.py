@@ -22,7 +22,7 @@ Source: seed 003 §0x05 (composition), §0x06 (subspace similarity); hu2021lora 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -82,6 +82,7 @@ def compare_lora(
     null_samples: int = 0,
     null_seed: int = 0,
     against_full: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> CompareResult:
     """Compare two adapters (or an adapter and a full fine-tuning update) module by module.
 
@@ -102,6 +103,8 @@ def compare_lora(
         null_samples: ``> 0``: also a Monte-Carlo Haar null of that many draws per module and
             side (seeded ``null_seed``).
         against_full: ``b`` must be a full fine-tuning run (``--against-full``).
+        progress: called as ``progress("comparing", i, n)`` after each of the ``n`` shared
+            modules.
 
     Returns:
         :class:`CompareResult` (float64 throughout; modules both adapt, in block order).
@@ -185,6 +188,8 @@ def compare_lora(
             phi_column=_phi(ba.column, bb.column, r_a, r_b, phi_max),
             null_row=nulls["row"], null_column=nulls["column"],
         ))  # fmt: skip
+        if progress is not None:
+            progress("comparing", len(modules), len(shared))
     policy_text = f"{policy}" + (f" (rho={rho})" if policy == "energy" else "")
     if "full" in (fa.source.method, fb.source.method):
         policy_text += f"; dense updates: {dense_policy}" + (
