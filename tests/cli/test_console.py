@@ -11,7 +11,7 @@ from rich.cells import cell_len
 from rich.console import Console
 
 import gaugelab.cli._console as console_module
-from gaugelab.cli._console import LineProgress, rich_table, run_with_bars
+from gaugelab.cli._console import LineProgress, module_progress, rich_table, run_with_bars
 from gaugelab.study.report.builder import Table
 
 RULES = ("gd", "scalar-adam", "nuclear-norm", "adam-p@0.75", "muon-hybrid")
@@ -142,6 +142,20 @@ def test_piped_output_prints_periodic_progress_lines_on_stderr(monkeypatch, caps
     assert all(line.startswith("twin runs: ") for line in lines)
     assert any(", adam " in line and "/4 steps" in line for line in lines), lines
     assert lines[-1].startswith("twin runs: 1/2 runs, 00:0")  # the last line, at the end
+
+
+def test_piped_module_progress_says_module_i_of_n_on_stderr(monkeypatch, capsys):
+    monkeypatch.setattr(console_module, "PROGRESS_INTERVAL", 0.05)
+    console = piped()
+    with module_progress(console, "composing 2 adapters") as progress:
+        for i in range(1, 4):
+            progress("composing", i, 224)
+            time.sleep(0.07)
+    assert console.file.getvalue() == ""  # stdout keeps only the results
+    lines = capsys.readouterr().err.splitlines()
+    assert lines, "no progress line"
+    assert any(line.startswith("composing 2 adapters: composing module 3/224, 00:0")
+               for line in lines), lines  # fmt: skip
 
 
 def test_a_short_piped_run_prints_no_progress_line(capsys):

@@ -65,7 +65,8 @@ COMMANDS: dict[str, list[str]] = {
 
 _TIMED = {"seconds", "time", "wall", "wall s"}
 _PROGRESS = re.compile(r"^[\w -]+: \d+/\d+ \w+.*\d\d:\d\d$")
-_HEARTBEAT = re.compile(r"^\S.*: \d\d:\d\d$")  # "inspecting lora r=2: 00:05", on slow work
+# "inspecting lora r=2: 00:05" on slow work; "composing 2 adapters: composing module 3/14, 00:05"
+_HEARTBEAT = re.compile(r"^\S.*[:,] \d\d:\d\d$")
 _BOX = re.compile(r"^[\s─━═┏┓┗┛┡┩└┘├┤┬┴┼╇╈┳┻╋┃│]*$")
 _PATH = re.compile(r"(?<![\w.])/[^\s'\"`),]+")
 _TIME = re.compile(r"\d{8}T\d{6}Z")

@@ -309,25 +309,38 @@ def write_adapter(
     tensors = {}
     for module, (A, B) in factors.items():
         emb = module in embeddings
-        tensors[factor_key(module, "lora_A", embedding=emb)] = A.detach().cpu().contiguous().clone()
-        tensors[factor_key(module, "lora_B", embedding=emb)] = B.detach().cpu().contiguous().clone()
-    blob = safetensors.torch.save(tensors, metadata={"format": "pt"})
+        tensors[factor_key(module, "lora_A", embedding=emb)] = _own_storage(A)
+        tensors[factor_key(module, "lora_B", embedding=emb)] = _own_storage(B)
     records_doc = {"format": RECORDS_FORMAT, "version": 1, "modules": dict(records)}
     texts = {
         CONFIG: json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
         RECORDS: json.dumps(records_doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
     }
-    _atomic_write(folder / WEIGHTS, blob)
+    _atomic_write(folder / WEIGHTS, tensors)
     for name, text in texts.items():
         _atomic_write(folder / name, text.encode("utf-8"))
     return folder
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _own_storage(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on the CPU, contiguous and alone in its storage: copied only when it is a view
+    into a larger storage (safetensors refuses tensors that share memory), so that a whole
+    adapter is written without a second copy of its factors."""
+    t = t.detach().cpu().contiguous()
+    whole = t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t if whole else t.clone()
+
+
+def _atomic_write(path: Path, data: bytes | dict[str, torch.Tensor]) -> None:
+    """Write ``data`` (bytes, or tensors as a safetensors file streamed from their memory,
+    never serialised into one buffer) to a temporary sibling of ``path``, then rename it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+        if not isinstance(data, bytes):
+            safetensors.torch.save_file(data, tmp, metadata={"format": "pt"})
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

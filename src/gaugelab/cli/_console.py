@@ -124,10 +124,14 @@ class LineProgress:
     last tick did not print the same line):
     ``<description>: 2/4 runs, adam 300/1500 steps, 00:41``, and once the runs are done
     ``<description>: 4/4 runs, writing the report, 00:52``. Without runs or steps (a single
-    long computation) the line is ``<description>: 00:41``."""
+    long computation) the line is ``<description>: 00:41``. ``step_format`` words a step
+    count (``{label} {step}/{total} steps``; :func:`module_progress`: ``{label} module
+    {step}/{total}``)."""
 
-    def __init__(self, description: str, interval: float | None = None) -> None:
+    def __init__(self, description: str, interval: float | None = None,
+                 step_format: str = "{label} {step}/{total} steps") -> None:  # fmt: skip
         self.description = description
+        self._step_format = step_format
         self.done, self.total = 0, None
         self._steps: dict[str, tuple[int, int]] = {}
         self._lock = threading.Lock()
@@ -161,7 +165,8 @@ class LineProgress:
             runs = _with_phase(run_count(self.done, self.total), self._phase)
             parts = [runs] if runs else []
             running = [(k, s, t) for k, (s, t) in self._steps.items() if s < t]
-            parts += [f"{label} {step}/{total} steps" for label, step, total in running[-4:]]
+            parts += [self._step_format.format(label=label, step=step, total=total)
+                      for label, step, total in running[-4:]]  # fmt: skip
         parts.append(_elapsed(time.monotonic() - self._start))
         return f"{self.description}: {', '.join(parts)}"
 
@@ -186,6 +191,38 @@ class LineProgress:
         self.phase(None)  # done: the last line says where the runs ended, not a phase
         if self._printed and kind is None:
             self._print(unless_repeated=True)
+
+
+MODULE_FORMAT = "{label} module {step}/{total}"
+"""How :func:`module_progress` words its count: ``inspecting module 12/224``."""
+
+
+@contextlib.contextmanager
+def module_progress(
+    console: Console, description: str
+) -> Iterator[Callable[[str, int, int], None]]:
+    """Progress over an adapter's modules on stderr, as ``progress(label, i, n)`` callbacks
+    (``lora inspect``, ``compare``, ``compose``): a rich bar per label (``composing``,
+    ``staged expansion``) reading ``module i/n`` when stderr is a terminal, removed when the
+    work is done so the tables follow; otherwise :class:`LineProgress` lines
+    (``<description>: composing module 12/224, 00:05``)."""
+    err = Console(stderr=True, width=console.width)
+    if not err.is_terminal:
+        with LineProgress(description, step_format=MODULE_FORMAT) as lines:
+            yield lines.steps
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[count]}"),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=err, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total, count="")
+            count = MODULE_FORMAT.format(label="", step=done, total=total).strip()
+            bar.update(tasks[label], completed=done, total=total, count=count)
+
+        yield update
 
 
 @contextlib.contextmanager

@@ -16,11 +16,11 @@ from rich.text import Text
 from gaugelab._lazy import LazyModule
 from gaugelab.cli import lora_compare, lora_kernel, lora_twins
 from gaugelab.cli._console import (
+    module_progress,
     print_outcome,
     rich_table,
     run_with_bars,
     wide_console,
-    working,
 )
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
@@ -250,10 +250,11 @@ def inspect(
             hf = _lora.HFEvidence(base=str(base), data=data, tokens=tokens, window=window,
                                   field=field, head=head, dtype=dtype,
                                   random_init=random_base, end_to_end=end_to_end)  # fmt: skip
-        with pinned_threads(threads), working(console, f"inspecting {source}"):
+        bar = module_progress(console, f"inspecting {source}")
+        with pinned_threads(threads), bar as progress:
             result, path = _lora.run_lora_inspect(
                 source, store=store, ranks=wanted, seed=seed, study=study, evidence=evidence,
-                report_dir=out, write_report=report, base=base, hf=hf,
+                report_dir=out, write_report=report, base=base, hf=hf, progress=progress,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, ImportError,

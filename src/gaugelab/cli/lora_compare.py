@@ -15,7 +15,7 @@ import typer
 from rich.text import Text
 
 from gaugelab._lazy import LazyModule
-from gaugelab.cli._console import wide_console, working
+from gaugelab.cli._console import module_progress, wide_console
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._options import BaseCheckpoint, nonempty_study
 from gaugelab.cli._tables import rich_table
@@ -139,12 +139,14 @@ def compare(
         if quick:
             phi_max, null_samples = min(phi_max, 8), 0
         other = b if b is not None else against_full
-        with pinned_threads(threads), working(console, f"comparing {a} with {other}"):
+        bar = module_progress(console, f"comparing {a} with {other}")
+        with pinned_threads(threads), bar as progress:
             result, path = _lora_compare.run_lora_compare(
                 a, other, store=store, seed_a=seed_a, seed_b=seed_b, study=study,
                 policy=chosen, rho=rho, dense_rho=dense_rho, phi_max=phi_max,
                 null_samples=null_samples, null_seed=null_seed, report_dir=out,
                 write_report=report, against_full=against_full is not None, base=base,
+                progress=progress,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:
@@ -244,12 +246,13 @@ def compose(
             given = "" if rank is None else f", got --rank {rank}"
             raise ValueError(f"--method svd needs --rank K (K >= 1){given}")
         check_location("--out", out, folder=True)
-        with pinned_threads(threads), working(console, f"composing {len(sources)} adapters"):
+        bar = module_progress(console, f"composing {len(sources)} adapters")
+        with pinned_threads(threads), bar as progress:
             result, path = _lora_compare.run_lora_compose(
                 sources, out, store=store, weights=lam, method=method, rank=rank,
                 seeds=per_seed, study=study, evaluate=evaluate, samples=1 if quick else 2,
                 report_dir=report_out, write_report=report,
-                allow_different_bases=allow_base_mismatch, base=base,
+                allow_different_bases=allow_base_mismatch, base=base, progress=progress,
             )  # fmt: skip
     # an ArtifactError (a run's file changed) is a StoreError
     except (ValueError, FileNotFoundError, FileExistsError, _store.StoreError) as exc:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -137,6 +137,7 @@ def inspect_lora(
     evidence: bool = True,
     base: str | os.PathLike[str] | None = None,
     hf: HFEvidence | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> InspectResult:
     """Inspect an adapter: per module, rank policies, spectrum, truncation and evidence ladder.
 
@@ -158,6 +159,7 @@ def inspect_lora(
             effective update (:func:`~gaugelab.adapters.dora.dora_delta`), which needs it.
         hf: a Hugging Face base folder and data for the ladder of an adapter folder
             (:class:`~gaugelab.experiments.lora.hf_ladder.HFEvidence`).
+        progress: called as ``progress("inspecting", i, n)`` after each of the ``n`` modules.
 
     Returns:
         The :class:`InspectResult`. Every decomposition runs in float64 with the tolerances of
@@ -183,20 +185,25 @@ def inspect_lora(
     checkpoint = None if base is None else BaseCheckpoint.open(base)
     with open_store(store) as db:
         found = find(str(source), db, seed, study, "inspect_lora", base=checkpoint)
-        return _inspect(found.source, ranks, evidence, hf)
+        return _inspect(found.source, ranks, evidence, hf, progress)
 
 
-def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool,
-             hf: HFEvidence | None = None) -> InspectResult:  # fmt: skip
+def _inspect(found: Source, ranks: tuple[int, ...], evidence: bool, hf: HFEvidence | None,
+             progress: Callable[[str, int, int], None] | None) -> InspectResult:  # fmt: skip
     f64 = torch.float64
     modules = []
+    total = len(found.factors) + len(found.dense)
     for m, (B, A, s) in found.factors.items():  # in factor space: no [d_out, d_in] matrix
         factors = (B.to(f64), A.to(f64), s)
         modules.append(_module_report(m, factors, A.shape[0], s, (B.shape[0], A.shape[1]),
                                       ranks, found.dtype))  # fmt: skip
+        if progress is not None:
+            progress("inspecting", len(modules), total)
     for m, delta in found.dense.items():
         modules.append(_module_report(m, delta.to(f64), None, None, tuple(delta.shape), ranks,
                                       found.dtype, found.rtol.get(m)))  # fmt: skip
+        if progress is not None:
+            progress("inspecting", len(modules), total)
     modules.sort(key=lambda m: module_order(m.module))
     result = InspectResult(found.source, found.label, found.method, found.seed, ranks, modules,
                            dict(found.logged), not_computed=list(found.missing),

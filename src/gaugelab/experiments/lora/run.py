@@ -23,7 +23,7 @@ ladder), §0x0BE–0x0BF (full-update rank by layer and module).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -182,11 +182,13 @@ def run_lora_inspect(
     write_report: bool = True,
     base: str | os.PathLike[str] | None = None,
     hf: HFEvidence | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[InspectResult, Path | None]:
     """:func:`inspect_lora`, then its report (figures, ``inspect.json``, ``report.html``).
 
     Args:
-        source, store, ranks, seed, study, evidence, base, hf: as :func:`inspect_lora`.
+        source, store, ranks, seed, study, evidence, base, hf, progress: as
+            :func:`inspect_lora`.
         report_dir: the report folder (must not hold one); default a new timestamped folder
             in ``<store folder>/reports/inspect-<source>/``.
         write_report: write it (False: only inspect).
@@ -203,7 +205,7 @@ def run_lora_inspect(
         folder = Path(report_dir)
         refuse_existing(folder)
     result = inspect_lora(source, store=store, ranks=ranks, seed=seed, study=study,
-                          evidence=evidence, base=base, hf=hf)  # fmt: skip
+                          evidence=evidence, base=base, hf=hf, progress=progress)  # fmt: skip
     if not write_report:
         return result, None
     folder = (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,14 +237,32 @@ class Found:
         named = "" if self.name in (s.label, "full") else f", {s.source}"
         return f"{s.label} seed {s.seed}{named}"
 
-    def updates(self) -> dict[str, object]:
+    def updates(self) -> Mapping[str, object]:
         """Module → ``(B, A, s)`` float64 factors (LoRA) or a dense ``[d_out, d_in]`` float64
-        update (full fine-tuning)."""
+        update (full fine-tuning), upcast when a module is looked up (one module at a time in
+        float64, never the whole adapter)."""
+        return Float64Updates(self.source)
+
+
+class Float64Updates(Mapping[str, object]):
+    """A source's updates in float64, each upcast on lookup (see :meth:`Found.updates`)."""
+
+    def __init__(self, source: Source) -> None:
+        self._source = source
+        self._keys = list(dict.fromkeys([*source.factors, *source.dense]))
+
+    def __getitem__(self, module: str) -> object:
         f64 = torch.float64
-        out: dict[str, object] = {m: (B.to(f64), A.to(f64), s)
-                                  for m, (B, A, s) in self.source.factors.items()}  # fmt: skip
-        out.update({m: d.to(f64) for m, d in self.source.dense.items()})
-        return out
+        if module in self._source.dense:
+            return self._source.dense[module].to(f64)
+        B, A, s = self._source.factors[module]
+        return B.to(f64), A.to(f64), s
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,6 +91,7 @@ def compose_lora(
     samples: int = 2,
     allow_different_bases: bool = False,
     base: str | os.PathLike[str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> ComposeResult:
     """Compose adapters ``Σ λ_j s_j B_j A_j`` and write the result as a PEFT adapter.
 
@@ -109,6 +110,8 @@ def compose_lora(
         allow_different_bases: compose adapters whose ``base_model_name_or_path`` differ.
         base: the base checkpoint of adapter folders (a ``.safetensors`` file or a Hugging
             Face folder): every module of every source is checked against it first.
+        progress: called as ``progress(stage, i, n)`` after each of the ``n`` modules of
+            each stage (``composing``, then ``staged expansion``).
 
     Returns:
         :class:`ComposeResult`.
@@ -154,7 +157,8 @@ def compose_lora(
     check_base_shapes(found, func)
     adapters = [f.source.adapter for f in found]
     composed = compose_adapters(adapters, weights, method=method, rank=rank,  # type: ignore[arg-type]
-                                allow_different_bases=allow_different_bases)  # fmt: skip
+                                allow_different_bases=allow_different_bases,
+                                progress=progress)  # fmt: skip
     labels = [f.label for f in found]
     if len(set(labels)) < len(labels):  # the same candidate twice (other seeds, studies)
         labels = [f"[{j}] {label}" for j, label in enumerate(labels)]
@@ -174,7 +178,7 @@ def compose_lora(
                 f"--method svd --rank {rank}: capped at the concatenated rank Σ r_j in "
                 f"{len(capped)} of {len(ledger)} modules (written rank {kept} there)"
             )
-    result.stages = _stages(found, composed.weights, labels)
+    result.stages = _stages(found, composed.weights, labels, progress)
     if not evaluate:
         result.notes.append("losses and sampled-output interference: not asked for")
     else:
@@ -222,13 +226,14 @@ def _save(composed, out: Path) -> Path:
     return out
 
 
-def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -> list[dict]:
+def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str],
+            progress: Callable[[str, int, int], None] | None = None) -> list[dict]:  # fmt: skip
     """The staged expansion of every module, summed over modules, one row per stage."""
     adapters = [f.source.adapter for f in found]
     rows = [{"stage": t, "source": labels[t], "rank_stage": 0, "rank_total": 0, "new_row": 0,
              "new_column": 0} for t in range(len(found))]  # fmt: skip
     modules = dict.fromkeys(m for a in adapters for m in a.modules)  # type: ignore[union-attr]
-    for m in modules:
+    for i, m in enumerate(modules, 1):
         present = [j for j, a in enumerate(adapters) if m in a.modules]  # type: ignore[union-attr]
         parts = [adapters[j].modules[m] for j in present]  # type: ignore[union-attr]
         work = factor_work_dtype(*(X for p in parts for X in (p.B, p.A)))  # as compose_adapters
@@ -238,6 +243,8 @@ def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str]) -
         for j, row in zip(present, report, strict=True):
             for key in ("rank_stage", "rank_total", "new_row", "new_column"):
                 rows[j][key] += getattr(row, key)
+        if progress is not None:
+            progress("staged expansion", i, len(modules))
     return rows
 
 

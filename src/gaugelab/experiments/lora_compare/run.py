@@ -22,7 +22,7 @@ Source: seed 003 §0x05 (composition), §0x06 (subspace similarity); hu2021lora 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -84,6 +84,7 @@ def compare_lora(
     null_seed: int = 0,
     against_full: bool = False,
     base: str | os.PathLike[str] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> CompareResult:
     """Compare two adapters (or an adapter and a full fine-tuning update) module by module.
 
@@ -107,6 +108,8 @@ def compare_lora(
         base: the base checkpoint of adapter folders (as :func:`~gaugelab.experiments.lora.
             inspect.inspect_lora`): modules are checked against it, and a DoRA adapter is
             compared through its effective update, dense (``dense_policy``).
+        progress: called as ``progress("comparing", i, n)`` after each of the ``n`` shared
+            modules.
 
     Returns:
         :class:`CompareResult` (float64 throughout; modules both adapt, in block order).
@@ -192,6 +195,8 @@ def compare_lora(
             phi_column=_phi(ba.column, bb.column, r_a, r_b, phi_max),
             null_row=nulls["row"], null_column=nulls["column"],
         ))  # fmt: skip
+        if progress is not None:
+            progress("comparing", len(modules), len(shared))
     policy_text = f"{policy}" + (f" (rho={rho})" if policy == "energy" else "")
     if {"full", "dora"} & {fa.source.method, fb.source.method}:
         policy_text += f"; dense updates: {dense_policy}" + (

@@ -8,7 +8,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -137,6 +137,7 @@ def compose_adapters(
     rank: int | None = None,
     rtol: float | None = None,
     allow_different_bases: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> ComposedAdapter:
     """Compose adapters ``Σ_j λ_j s_j B_j A_j`` module by module (union of their modules).
 
@@ -156,6 +157,7 @@ def compose_adapters(
         rtol: numerical-rank tolerance of the ledger (default as ``compose_static``).
         allow_different_bases: compose adapters whose ``base_model_name_or_path`` differ
             (off: such a sum is not meaningful in one coordinate system, §0x05A).
+        progress: called as ``progress("composing", i, n)`` after each of the ``n`` modules.
 
     Returns:
         :class:`ComposedAdapter`.
@@ -242,6 +244,8 @@ def compose_adapters(
             comp.rank_a_cat, comp.rank_bound, comp.measured_rank, comp.max_abs_difference,
             A.shape[0], residual, tuple(pairs),
         ))  # fmt: skip
+        if progress is not None:
+            progress("composing", len(out), len(modules))
     r = Counter(m.A.shape[0] for m in out.values()).most_common(1)[0][0]
     tasks = {a.config.extra.get("task_type") for a in adapters}  # AutoPeftModelFor… reads it
     task_type = next(iter(tasks)) if len(tasks) == 1 else None
