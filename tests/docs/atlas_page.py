@@ -84,8 +84,8 @@ def machine(workers: int, load: tuple[float, float, float]) -> str:
         f"{_version('gaugelab')} (commit {_commit()}), torch {_version('torch')}, {sources}, "
         f"Python {platform.python_version()}, on {platform.system()} {platform.machine()} "
         f"({libc}), {os.cpu_count()} CPU cores ({_cpu()}), `--max-workers {workers}`, one torch "
-        f"thread per worker; load average {load[0]:.1f} when it started (the machine was "
-        "shared with other jobs: the seconds are that machine's under that load)."
+        f"thread per worker; load average {load[0]:.1f} when it started (the seconds are that "
+        "machine's under its load; a section made on another day says its own)."
     )
 
 
