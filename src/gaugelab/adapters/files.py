@@ -25,6 +25,8 @@ import safetensors
 import safetensors.torch
 import torch
 
+from gaugelab.linalg.checks import all_finite
+
 WEIGHTS = "adapter_model.safetensors"
 CONFIG = "adapter_config.json"
 RECORDS = "gaugelab_factor_records.json"
@@ -247,7 +249,7 @@ def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
         if m.dim() != 1 or m.shape[0] != d_out or not m.is_floating_point():
             raise ValueError(f"{owner}: {file}: {key} has shape {list(m.shape)} {m.dtype}; "
                              f"allowed: [{d_out}] (d_out), floating point")  # fmt: skip
-        if not bool(torch.isfinite(m).all()):
+        if not all_finite(m):
             raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
     return FactorFile(dict(sorted(factors.items())), frozenset(embeddings), others, magnitudes)
 
@@ -260,7 +262,7 @@ def _check_factor(t: torch.Tensor, key: str, file: Path, owner: str) -> None:
         )
     if not t.is_floating_point():
         raise ValueError(f"{owner}: {file}: {key} is {t.dtype}; allowed: floating point")
-    if not bool(torch.isfinite(t).all()):
+    if not all_finite(t):
         raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gaugelab.linalg.checks import all_finite
 from gaugelab.lowrank.spectra.factored import Update, as_update, scaled
 from gaugelab.lowrank.subspaces.compare import SubspaceComparison, compare_updates
 
@@ -174,7 +175,7 @@ def interference(
     if X is not None:
         if not isinstance(X, torch.Tensor) or X.ndim != 2 or X.shape[1] != u.shape[1]:
             raise ValueError(f"{func}: X must be [N, {u.shape[1]}], got {getattr(X, 'shape', X)}")
-        if not bool(torch.isfinite(X).all()):
+        if not all_finite(X):
             raise ValueError(f"{func}: X contains NaN or infinite entries")
         Y1, Y2 = u.apply(X.to(u.dtype)), v.apply(X.to(v.dtype))  # [N, m]
         n_samples = X.shape[0]

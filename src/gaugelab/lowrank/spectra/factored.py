@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 import torch
 
+from gaugelab.linalg.checks import all_finite
+
 __all__ = [
     "FactoredSvd",
     "SvdRecord",
@@ -116,7 +118,7 @@ def _check_tensor(X: object, func: str, arg: str, ndim: int = 2) -> torch.Tensor
             f"{func}: {arg} must be a real floating tensor with at least {ndim} dimensions, "
             f"got shape {tuple(X.shape)} and dtype {X.dtype}"
         )
-    if not bool(torch.isfinite(X).all()):
+    if not all_finite(X):
         raise ValueError(f"{func}: {arg} contains NaN or infinite entries")
     return X
 

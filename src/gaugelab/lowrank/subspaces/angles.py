@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gaugelab.linalg.checks import all_finite
+
 __all__ = ["SubspaceComparison", "check_basis", "principal_angles", "ranks_of"]
 
 
@@ -121,7 +123,7 @@ def check_basis(Q: object, func: str, arg: str) -> torch.Tensor:
             f"{func}: {arg} must be a real floating tensor [..., d, k], got shape "
             f"{tuple(Q.shape)} and dtype {Q.dtype}"
         )
-    if not bool(torch.isfinite(Q).all()):
+    if not all_finite(Q):
         raise ValueError(f"{func}: {arg} contains NaN or infinite entries")
     return Q
 
