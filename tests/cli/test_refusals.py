@@ -61,7 +61,10 @@ class Nested(ExperimentSpec):
          "--pairs 100000000 × 4 optimizer(s) needs at least 2,794.0 GiB of memory"),
         (("dial", "--quick", "--size", "100000"), "--size 100000, --measurements 1199982, "),
         (("twins", "--task", "text", "--batch-size", "1000000000"),
-         "--batch-size 1000000000 needs at least 1,430.5 GiB of memory; this machine has"),
+         "--batch-size 1000000000 needs at least 1,528,263.1 GiB of memory; this machine has"),
+        # one layer's attention scores and MLP activations of the four members: 152.8 GiB
+        (("twins", "--task", "text", "--batch-size", "100000"),
+         "--batch-size 100000 needs at least 152.8 GiB of memory; this machine has"),
     ],
 )  # fmt: skip
 def test_a_value_no_run_could_use_is_refused_before_the_store_exists(tmp_path, args, expected):
@@ -93,3 +96,18 @@ def test_every_spec_refuses_non_finite_floats_and_seeds_beyond_64_bits_at_any_de
 
 def test_the_largest_64_bit_seed_and_zero_are_accepted():
     assert ZooSpec(seeds=(0, 2**63 - 1)).seeds == (0, 2**63 - 1)
+
+
+def test_a_hugging_face_twin_batch_is_refused_by_its_attention_scores(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    transformers.GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=256, n_positions=32,
+                            bos_token_id=0, eos_token_id=0).save_pretrained(tmp_path / "tiny")
+    store = tmp_path / "runs.sqlite"
+    result = runner.invoke(app, ["twins", "--model", str(tmp_path / "tiny"), "--steps", "2",
+                                 "--block-size", "16", "--batch-size", "100000000",
+                                 "--store", str(store)], env={"COLUMNS": "250"})  # fmt: skip
+    assert result.exit_code == 2, result.output
+    # windows 3·8·B·16 bytes + 4 members × B × 16² float32 scores = 417.2 GiB
+    assert result.output.strip().splitlines()[-1].startswith(
+        "error: --batch-size 100000000 needs at least 417.2 GiB of memory")
+    assert not store.exists()

@@ -42,6 +42,24 @@ def _cxx_compiler() -> str | None:
     return shutil.which(named) if named else shutil.which("g++") or shutil.which("clang++")
 
 
+def batch_bytes(base) -> int:
+    """A lower bound of one training step's memory, in bytes, for a text or Hugging Face twin run.
+
+    A batch's windows (index, inputs, targets: int64 ``[B, T]``) and, for each of the four
+    ensemble members (base and its three twins), one layer's attention scores ``[B, H, T, T]``
+    and its widest activations ``[B, T, d_mlp + vocab]`` in the run's dtype. A Hugging Face
+    model counts one head and no activations (its config is read only when the run starts).
+    """
+    B = base.batch_size
+    itemsize = 8 if base.dtype == "float64" else 4
+    if base.hf is not None:
+        T, heads, width = base.hf.block_size, 1, 0
+    else:
+        m = base.model
+        T, heads, width = m.n_ctx, m.n_heads, m.d_mlp + m.d_vocab
+    return 3 * 8 * B * T + 4 * B * T * (heads * T + width) * itemsize
+
+
 def _model_clause(base: Any) -> str:
     """``, <model_type> from PATH (weights, tokens)`` for a Hugging Face run, else ``""``."""
     hf = base.hf
@@ -88,7 +106,9 @@ def twins(
         Path | None,
         typer.Option(help="UTF-8 text for --task text (default: the packaged tiny-shakespeare)."),
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Minibatch size of --task text.")] = 32,
+    batch_size: Annotated[
+        int, typer.Option(help="Minibatch size of --task text and of --model.")
+    ] = 32,
     model: Annotated[
         Path | None,
         typer.Option(
@@ -198,9 +218,8 @@ def twins(
                                    dtype=dtype, compile=compile, gauge_draw=gauge_draw)  # fmt: skip
         check_memory(pairs * len(names) * _twins.PLANNED_RUN_BYTES,
                      f"--pairs {pairs} × {len(names)} optimizer(s)")  # fmt: skip
-        if task == "text":  # a batch's windows alone: index, inputs, targets (int64 [B, n_ctx])
-            check_memory(3 * 8 * base.batch_size * base.model.n_ctx,
-                         f"--batch-size {base.batch_size}")  # fmt: skip
+        if task == "text" or model is not None:
+            check_memory(batch_bytes(base), f"--batch-size {base.batch_size}")
         sweep = _twins.plan(names, base=base, pairs=pairs, merge=merge)
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError, ImportError) as exc:
