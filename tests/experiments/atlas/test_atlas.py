@@ -17,9 +17,11 @@ from gaugelab.experiments.atlas import (
     atlas_spec,
     discover_optimizers,
     markdown,
+    matrix_table,
     module_version,
     plan,
     run_atlas,
+    tables,
     time_limit,
 )
 from gaugelab.experiments.atlas.checks import TimeLimitReached
@@ -231,3 +233,13 @@ def test_a_published_source_that_is_not_installed_names_the_extra(source, monkey
         f"discover_optimizers: source={source!r} is not installed; allowed: pip install "
         "'gaugelab[atlas]' installs it"
     )
+
+
+def test_with_every_check_a_verdict_no_empty_table_of_reasons_is_printed(tmp_path):
+    spec = atlas_spec(["torch.optim"], only=["SGD"], groups=["orthogonal"],
+                      problems=["sensing"], steps=2, draws=1)  # fmt: skip
+    result = run_atlas(spec, store=tmp_path / "store.sqlite", write_report=False).result
+    assert [r.verdict for r in result.rows] == ["equivariant"]
+    assert [t.title for t in tables(result)] == [matrix_table(result).title]
+    assert "without a verdict" not in matrix_table(result).caption
+    assert "without a verdict" not in markdown(result)

@@ -67,8 +67,9 @@ def matrix_table(result: AtlasResult) -> rep.Table:
         f"{s.steps} steps, {s.draws} draws)",
         columns=["optimizer", *columns],
         rows=rows,
-        caption=f"Versions: {_versions(result)}. Rows grouped by verdict; the reasons of "
-        f"{', '.join(OUTCOMES)}: the table of checks without a verdict.",
+        caption=f"Versions: {_versions(result)}. Rows grouped by verdict"
+        + (f"; the reasons of {', '.join(OUTCOMES)}: the table of checks without a verdict."
+           if any(r.verdict in OUTCOMES for r in result.rows) else "."),
     )
 
 
@@ -102,9 +103,10 @@ def reasons_table(result: AtlasResult) -> rep.Table:
 
 
 def tables(result: AtlasResult) -> list[rep.Table]:
-    """The matrix, then the reasons of the checks without a verdict (what the command
-    prints; the report adds :func:`checks_table`)."""
-    return [matrix_table(result), reasons_table(result)]
+    """The matrix, then the reasons of the checks without a verdict when there are any (what
+    the command prints; the report adds :func:`checks_table`)."""
+    reasons = reasons_table(result)
+    return [matrix_table(result), *([reasons] if reasons.rows else [])]
 
 
 def notes(result: AtlasResult) -> list[str]:
@@ -168,7 +170,7 @@ def report(result: AtlasResult, out_dir: str | os.PathLike[str]) -> Path:
             for r in result.rows]  # fmt: skip
     return rep.write_result_report(
         result, folder, runs=runs,
-        tables=[matrix_table(result), checks_table(result), reasons_table(result)],
+        tables=[matrix_table(result), checks_table(result), *tables(result)[1:]],
         figures=figures, notes=notes(result),
     )  # fmt: skip
 
