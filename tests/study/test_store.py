@@ -562,7 +562,8 @@ def test_an_ended_attempts_metrics_are_sealed_and_a_changed_row_is_tampering(tmp
         with pytest.raises(StoreError, match=r"attempt 1: its metric rows have digest .*, not "
                            r"the .* the store sealed them with when the attempt ended"):
             s.metrics(manifest().identity)
-        with pytest.raises(StoreError, match="changed afterwards"):
+        with pytest.raises(StoreError, match=r"changed afterwards \(tampered\); the run is "
+                           r"unverified: rerun the command that made it"):
             s.metrics(manifest().identity, name="acc")  # any read of the attempt checks it
 
 

@@ -70,5 +70,6 @@ def check_sealed(
             raise MetricsTampered(
                 f"run {run[:12]} attempt {ordinal}: its metric rows have digest {found[:16]}…, "
                 f"not the {sealed[:16]}… the store sealed them with when the attempt ended; "
-                "they were changed afterwards"
+                "they were changed afterwards (tampered); the run is unverified: rerun the command "
+                "that made it, which executes it again"
             )
