@@ -10,7 +10,6 @@ import torch
 from safetensors import safe_open
 
 from gaugelab.adapters import Adapter, AdapterConfig
-from gaugelab.adapters.files import _own_storage, write_adapter
 from gaugelab.models import Transformer, TransformerConfig
 from gaugelab.models.lora import inject_lora, lora_parameter_groups, merge_lora
 
@@ -336,21 +335,3 @@ def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
     files = {KEY.format("blocks.0.attn.q_proj", "A"): A, KEY.format("blocks.0.attn.q_proj", "B"): B}
     folder = write(tmp_path / "a", files, {**CONFIG, "notes": '[[[{"\\"' * 100})
     assert Adapter.load(folder).config.r == 2
-
-
-def test_factors_are_written_from_their_own_memory_and_views_are_copied(tmp_path):
-    """A whole tensor is written as it is (no second copy of the adapter in memory); factors
-    that are views into one larger tensor (safetensors refuses shared memory) are copied."""
-    whole = torch.randn(2, 16, generator=gen(0), dtype=F64)
-    assert _own_storage(whole).data_ptr() == whole.data_ptr()  # the same memory
-    stacked = torch.randn(16 + 2, 16, generator=gen(1), dtype=F64)  # B's rows, then A
-    B_t, A = stacked[:16, :2].t(), stacked[16:]  # a transposed slice and a row slice
-    config = AdapterConfig(r=2, lora_alpha=4.0, target_modules=("q_proj",))
-    module = "blocks.0.attn.q_proj"
-    B = B_t.t()  # [16, 2], not contiguous
-    assert _own_storage(A).data_ptr() != A.data_ptr()  # contiguous, but part of `stacked`
-    write_adapter(tmp_path / "a", {module: (A, B)}, config.to_json_dict(), {},
-                  overwrite=False, owner="test")  # fmt: skip
-    with safe_open(str(tmp_path / "a" / "adapter_model.safetensors"), "pt") as f:
-        assert torch.equal(f.get_tensor(KEY.format(module, "A")), A)
-        assert torch.equal(f.get_tensor(KEY.format(module, "B")), B)

@@ -11,7 +11,8 @@ from its tensors and its scale from ``(alpha, r, use_rslora)`` of that module. g
     Adapter.from_model(model).save("out/adapter")  # loadable by PeftModel.from_pretrained
 """
 
-from gaugelab.adapters.adapter import Adapter, AdapterModule
+from gaugelab.adapters.adapter import Adapter
 from gaugelab.adapters.config import AdapterConfig
+from gaugelab.adapters.module import AdapterModule
 
 __all__ = ["Adapter", "AdapterConfig", "AdapterModule"]

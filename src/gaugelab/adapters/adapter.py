@@ -7,7 +7,6 @@ import os
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -15,6 +14,8 @@ from torch import nn
 
 from gaugelab.adapters import files
 from gaugelab.adapters.config import AdapterConfig
+from gaugelab.adapters.module import AdapterModule, StoredModules
+from gaugelab.adapters.writer import AdapterWriter
 from gaugelab.models.lora import FactorRecord, LoRALinear, lora_modules
 
 # Written into a new adapter_config.json beside the interpreted fields (PEFT's defaults).
@@ -29,49 +30,12 @@ _PEFT_DEFAULTS = {
 }
 
 
-@dataclass(frozen=True)
-class AdapterModule:
-    """One adapted module: ``A [r, d_in]``, ``B [d_out, r]`` and its :class:`FactorRecord`.
-
-    Raises:
-        ValueError: factor shapes or dtype disagree with the record.
-    """
-
-    A: torch.Tensor
-    B: torch.Tensor
-    record: FactorRecord
-
-    def __post_init__(self) -> None:
-        rec = self.record
-        if tuple(self.A.shape) != (rec.r, rec.d_in) or tuple(self.B.shape) != (rec.d_out, rec.r):
-            raise ValueError(
-                f"AdapterModule: {rec.module!r} has A {list(self.A.shape)}, B "
-                f"{list(self.B.shape)}; its record allows A [{rec.r}, {rec.d_in}], "
-                f"B [{rec.d_out}, {rec.r}]"
-            )
-        if self.A.dtype != self.B.dtype or str(self.A.dtype).split(".")[-1] != rec.dtype:
-            raise ValueError(
-                f"AdapterModule: {rec.module!r} has factors {self.A.dtype}, "
-                f"{self.B.dtype}; its record says {rec.dtype}"
-            )
-
-    @property
-    def r(self) -> int:
-        """The rank (rows of A)."""
-        return self.record.r
-
-    @property
-    def scale(self) -> float:
-        """The scale ``s``."""
-        return self.record.scale
-
-
-def _unknown_record(module: str, A: torch.Tensor, B: torch.Tensor, config: AdapterConfig):
-    r = A.shape[0]
+def _unknown_record(module: str, pair: files.StoredPair, config: AdapterConfig) -> FactorRecord:
+    r = pair.a_shape[0]
     return FactorRecord(
         module=module,
-        d_in=A.shape[1],
-        d_out=B.shape[0],
+        d_in=pair.a_shape[1],
+        d_out=pair.b_shape[0],
         r=r,
         alpha=config.alpha_for(module),
         use_rslora=config.use_rslora,
@@ -83,7 +47,7 @@ def _unknown_record(module: str, A: torch.Tensor, B: torch.Tensor, config: Adapt
         up_distribution="unknown",
         up_variance=None,
         seed=None,
-        dtype=str(A.dtype).split(".")[-1],
+        dtype=str(pair.dtype).split(".")[-1],
         fan_in_fan_out=config.fan_in_fan_out,
     )
 
@@ -92,7 +56,10 @@ class Adapter:
     """A LoRA adapter: per module ``A [r, d_in]``, ``B [d_out, r]``, ``s``, and its record.
 
     Args:
-        modules: module path → :class:`AdapterModule`.
+        modules: module path → :class:`AdapterModule`; a
+            :class:`~gaugelab.adapters.module.StoredModules` (what :meth:`load` gives) reads
+            each module from its file when looked up, so that one module at a time is in
+            memory.
         embeddings: the modules whose pair is embedding LoRA (PEFT's ``lora_embedding_A/B``;
             ``A [r, num_embeddings]``, ``B [embedding_dim, r]``: ``s·B A`` is the transpose
             of the embedding table's update, with the same singular values).
@@ -124,8 +91,10 @@ class Adapter:
     ) -> None:
         if not modules:
             raise ValueError("Adapter: modules is empty; allowed: at least one adapted module")
-        for path, m in modules.items():
-            rec, want = m.record, (config.rank_for(path), config.alpha_for(path))
+        records = (modules.records if isinstance(modules, StoredModules)
+                   else {p: m.record for p, m in modules.items()})  # fmt: skip
+        for path, rec in records.items():
+            want = (config.rank_for(path), config.alpha_for(path))
             if (rec.r, rec.alpha) != want or rec.use_rslora != config.use_rslora:
                 raise ValueError(
                     f"Adapter: module {path!r} has r={rec.r}, alpha={rec.alpha}, use_rslora="
@@ -139,12 +108,13 @@ class Adapter:
             raise ValueError(f"Adapter: embeddings {unknown} are not among the modules")
         magnitudes = dict(magnitudes or {})
         for path, m in magnitudes.items():
-            if path not in modules or tuple(m.shape) != (modules[path].record.d_out,):
+            if path not in records or tuple(m.shape) != (records[path].d_out,):
                 raise ValueError(
                     f"Adapter: the DoRA magnitude of {path!r} has shape {list(m.shape)}; "
                     "allowed: [d_out] of an adapted module"
                 )
-        self.modules = dict(modules)
+        self.modules = modules if isinstance(modules, StoredModules) else dict(modules)
+        self._records = records
         self.config = config
         self.embeddings = frozenset(embeddings)
         self.others = dict(others or {})
@@ -158,7 +128,7 @@ class Adapter:
     @property
     def records(self) -> dict[str, FactorRecord]:
         """Module path → :class:`FactorRecord`."""
-        return {p: m.record for p, m in self.modules.items()}
+        return dict(self._records)
 
     def delta_weight(self, module: str) -> torch.Tensor:
         """``ΔW = s·B A`` of ``module`` in its base weight's layout: ``[d_out, d_in]``, or
@@ -308,15 +278,10 @@ class Adapter:
             ValueError: a DoRA adapter (its magnitudes are not written).
         """
         self._plain("Adapter.save")
-        return files.write_adapter(
-            directory,
-            {p: (m.A, m.B) for p, m in self.modules.items()},
-            self.config.to_json_dict(),
-            {p: m.record.to_dict() for p, m in self.modules.items()},
-            overwrite=overwrite,
-            owner="Adapter.save",
-            embeddings=self.embeddings,
-        )
+        with AdapterWriter(directory, owner="Adapter.save", overwrite=overwrite) as writer:
+            for path, m in self.modules.items():
+                writer.add(path, m.A, m.B, m.record.to_dict(), embedding=path in self.embeddings)
+            return writer.finish(self.config.to_json_dict())
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, dora: bool = False) -> Adapter:
@@ -327,6 +292,10 @@ class Adapter:
         ``rank_pattern`` / ``r``; its scale is ``lora_scale(alpha_pattern or lora_alpha, r,
         use_rslora)``. A ``gaugelab_factor_records.json`` beside the files supplies the records
         (checked against tensors and config); without it the records say ``init="unknown"``.
+        Every factor is checked when the adapter is loaded, one module at a time; the factors
+        are then read from the file when a module is looked up (:attr:`modules` is a
+        :class:`~gaugelab.adapters.module.StoredModules`), so that a 7B adapter's memory is one
+        module's, not the file's.
 
         Raises:
             ValueError: a DoRA adapter unless ``dora``; a pickle checkpoint (never
@@ -339,50 +308,43 @@ class Adapter:
         config = AdapterConfig.from_json_dict(
             files.read_config(folder, owner=owner), source=str(folder / files.CONFIG), dora=dora
         )
-        factors, embeddings, others, magnitudes = files.read_factors(folder, owner=owner,
-                                                                     dora=dora)  # fmt: skip
+        stored = files.read_factors(folder, owner=owner, dora=dora)
         use_dora = bool(config.extra.get("use_dora"))
-        if missing := sorted(set(factors) - set(magnitudes) if use_dora else magnitudes):
+        magnitudes = stored.magnitudes
+        if missing := sorted(set(stored.factors) - set(magnitudes) if use_dora else magnitudes):
             raise ValueError(f"{owner}: {folder}: use_dora={use_dora} but {missing[0]!r} "
                              f"{'has no' if use_dora else 'has a'} DoRA magnitude in "
                              f"{files.WEIGHTS}")  # fmt: skip
-        stored = files.read_records(folder, owner=owner)
-        if stored is not None and set(stored) != set(factors):
+        written = files.read_records(folder, owner=owner)
+        if written is not None and set(written) != set(stored.factors):
             raise ValueError(
-                f"{owner}: {folder / files.RECORDS} covers {sorted(stored)}, the "
-                f"tensors {sorted(factors)}"
+                f"{owner}: {folder / files.RECORDS} covers {sorted(written)}, the "
+                f"tensors {sorted(stored.factors)}"
             )
-        modules = {}
-        for module, (A, B) in factors.items():
+        records = {}
+        for module, pair in stored.factors.items():
             configured = config.rank_for(module)
-            if A.shape[0] != configured:
+            if pair.a_shape[0] != configured:
                 raise ValueError(
-                    f"{owner}: {files.factor_key(module, 'lora_A')} has rank {A.shape[0]} but "
-                    f"the config resolves r={configured} for {module!r} (rank_pattern / r); "
-                    "PEFT's loader refuses such a file"
+                    f"{owner}: {pair.a_key} has rank {pair.a_shape[0]} but the config resolves "
+                    f"r={configured} for {module!r} (rank_pattern / r); PEFT's loader refuses "
+                    "such a file"
                 )
-            record = _unknown_record(module, A, B, config)
-            if stored is not None:
+            derived = record = _unknown_record(module, pair, config)
+            if written is not None:
                 try:
-                    record = FactorRecord.from_dict(stored[module])
+                    record = FactorRecord.from_dict(written[module])
                 except (TypeError, ValueError) as e:
                     raise ValueError(f"{owner}: {folder / files.RECORDS}: {module}: {e}") from None
-                derived = _unknown_record(module, A, B, config)
-                keys = (
-                    "d_in",
-                    "d_out",
-                    "r",
-                    "alpha",
-                    "use_rslora",
-                    "scale",
-                    "dtype",
-                    "fan_in_fan_out",
-                )
+                keys = ("d_in", "d_out", "r", "alpha", "use_rslora", "scale", "dtype",
+                        "fan_in_fan_out")  # fmt: skip
                 if any(getattr(record, k) != getattr(derived, k) for k in keys):
                     raise ValueError(
                         f"{owner}: {folder / files.RECORDS}: the record of {module!r} says "
                         f"{ {k: getattr(record, k) for k in keys} }; tensors and config give "
                         f"{ {k: getattr(derived, k) for k in keys} }"
                     )
-            modules[module] = AdapterModule(A, B, record)
-        return cls(modules, config, embeddings=embeddings, others=others, magnitudes=magnitudes)
+            records[module] = record
+        modules = StoredModules(stored.file, stored.factors, records)
+        return cls(modules, config, embeddings=stored.embeddings, others=stored.others,
+                   magnitudes=magnitudes)  # fmt: skip

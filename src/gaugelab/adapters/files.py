@@ -8,7 +8,7 @@ adapter name, ``default``, from the keys it writes); an embedding's pair is
 (``[embedding_dim, r]``). Whatever else a file holds — ``modules_to_save`` copies (a
 classifier head), trained biases (``bias="lora_only"``: ``….base_layer.bias``) — is listed, not
 analysed, and never refused for being there. The file is memory-mapped and read tensor by
-tensor (``safetensors.safe_open``). gaugelab also writes
+tensor (``safetensors.safe_open``); :mod:`gaugelab.adapters.writer` writes it. gaugelab also writes
 ``gaugelab_factor_records.json``, the factor records of §0x07I; PEFT ignores the file.
 """
 
@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import safetensors
-import safetensors.torch
 import torch
 
 from gaugelab.linalg.checks import all_finite
@@ -40,23 +37,43 @@ CONFIG_LIMIT = 1 << 20
 """The largest ``adapter_config.json`` read, in bytes (PEFT writes about a kilobyte)."""
 RECORDS_LIMIT = 256 << 20
 """The largest ``gaugelab_factor_records.json`` read, in bytes (a 7B adapter's is ~1 MB)."""
+DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16,
+          "BF16": torch.bfloat16}  # fmt: skip
+"""The factor dtypes read and written, by their names in a safetensors header."""
 JSON_DEPTH_LIMIT = 64
 """The deepest nesting of objects and arrays read (PEFT's config nests three deep)."""
 
 
-class FactorFile(NamedTuple):
-    """What ``adapter_model.safetensors`` holds.
+class StoredPair(NamedTuple):
+    """Where a module's LoRA pair lies in ``adapter_model.safetensors``, read from its header.
 
     Attributes:
-        factors: module path → ``(A [r, d_in], B [d_out, r])`` (an embedding's pair as stored:
-            ``A [r, num_embeddings]``, ``B [embedding_dim, r]``).
+        a_key, b_key: the keys of ``A [r, d_in]`` and ``B [d_out, r]``; a_shape, b_shape:
+            their shapes; dtype: their (common) floating-point dtype.
+    """
+
+    a_key: str
+    b_key: str
+    a_shape: tuple[int, int]
+    b_shape: tuple[int, int]
+    dtype: torch.dtype
+
+
+class FactorFile(NamedTuple):
+    """What ``adapter_model.safetensors`` holds (its factors are not read into memory).
+
+    Attributes:
+        file: the safetensors file.
+        factors: module path → :class:`StoredPair` (an embedding's pair as stored:
+            ``A [r, num_embeddings]``, ``B [embedding_dim, r]``); read with :func:`read_pair`.
         embeddings: the modules whose pair is embedding LoRA.
         others: every other key → ``"[shape] dtype"`` (not read into memory).
         magnitudes: DoRA's magnitude vectors, module path → ``m [d_out]`` (read only when
             asked for, :func:`read_factors` ``dora=True``).
     """
 
-    factors: dict[str, tuple[torch.Tensor, torch.Tensor]]
+    file: Path
+    factors: dict[str, StoredPair]
     embeddings: frozenset[str]
     others: dict[str, str]
     magnitudes: dict[str, torch.Tensor]
@@ -159,7 +176,12 @@ def read_config(folder: Path, *, owner: str) -> dict[str, Any]:
 
 
 def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
-    """The LoRA pairs of ``adapter_model.safetensors`` and a list of everything else.
+    """The LoRA pairs of ``adapter_model.safetensors`` (where they lie, checked) and a list of
+    everything else.
+
+    The header is checked first (keys, shapes, dtypes: no tensor read), then every pair is
+    read once, one module at a time, for the finite check, and dropped: memory holds one
+    module whatever the number of layers. :func:`read_pair` reads a pair again when asked.
 
     Args:
         folder: the adapter directory; owner: who reads (for messages).
@@ -178,7 +200,7 @@ def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
         handle = safetensors.safe_open(str(file), framework="pt")
     except (safetensors.SafetensorError, OSError) as e:
         raise ValueError(f"{owner}: {file} is not a readable safetensors file ({e})") from None
-    halves: dict[str, dict[str, torch.Tensor]] = {}
+    halves: dict[str, dict[str, tuple[str, list[int], torch.dtype]]] = {}
     embeddings, others, magnitudes = set(), {}, {}
     with handle:
         for key in handle.keys():
@@ -204,15 +226,21 @@ def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
                     f"allowed: {PREFIX}<module>.lora_A.weight / .lora_B.weight (or "
                     ".lora_embedding_A / _B), the adapter name removed"
                 )
+            sliced = handle.get_slice(key)
+            shape = list(sliced.get_shape())
             if not module:
-                sliced = handle.get_slice(key)
-                others[key] = f"{list(sliced.get_shape())} {sliced.get_dtype()}"
+                others[key] = f"{shape} {sliced.get_dtype()}"
                 continue
-            t = handle.get_tensor(key)
-            _check_factor(t, key, file, owner)
+            if len(shape) != 2:
+                raise ValueError(f"{owner}: {file}: {key} has shape {shape} ({len(shape)}-D); "
+                                 "allowed: a 2-D factor")  # fmt: skip
+            dtype = DTYPES.get(sliced.get_dtype())
+            if dtype is None:
+                raise ValueError(f"{owner}: {file}: {key} is {sliced.get_dtype()}; allowed: "
+                                 f"floating point ({', '.join(DTYPES)})")  # fmt: skip
             if emb:
                 embeddings.add(module)
-            halves.setdefault(module, {})[half] = t
+            halves.setdefault(module, {})[half] = (key, shape, dtype)
     factors = {}
     for module, pair in halves.items():
         emb = module in embeddings
@@ -223,20 +251,19 @@ def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
                     f"{owner}: {file}: {factor_key(module, other, embedding=emb)} has no "
                     f"partner {factor_key(module, half, embedding=emb)}"
                 )
-        A, B = pair["lora_A"], pair["lora_B"]
-        if A.shape[0] != B.shape[1]:
+        (a_key, a_shape, a_dtype), (b_key, b_shape, b_dtype) = pair["lora_A"], pair["lora_B"]
+        if a_shape[0] != b_shape[1]:
             raise ValueError(
-                f"{owner}: {file}: {factor_key(module, 'lora_A', embedding=emb)} has rank "
-                f"{A.shape[0]} (shape {list(A.shape)}) but "
-                f"{factor_key(module, 'lora_B', embedding=emb)} has rank {B.shape[1]} (shape "
-                f"{list(B.shape)}); allowed: A [r, d_in], B [d_out, r]"
+                f"{owner}: {file}: {a_key} has rank {a_shape[0]} (shape "
+                f"{a_shape}) but {b_key} has rank {b_shape[1]} (shape "
+                f"{b_shape}); allowed: A [r, d_in], B [d_out, r]"
             )
-        if A.dtype != B.dtype:
+        if a_dtype != b_dtype:
             raise ValueError(
-                f"{owner}: {file}: the factors of {module!r} are {A.dtype} and "
-                f"{B.dtype}; allowed: one dtype"
+                f"{owner}: {file}: the factors of {module!r} are {a_dtype} and "
+                f"{b_dtype}; allowed: one dtype"
             )
-        factors[module] = (A, B)
+        factors[module] = StoredPair(a_key, b_key, tuple(a_shape), tuple(b_shape), a_dtype)
     if not factors:
         raise ValueError(f"{owner}: {file} holds no LoRA factors")
     for module, m in magnitudes.items():
@@ -245,25 +272,38 @@ def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
             what = "an embedding" if module in embeddings else "a module without a LoRA pair"
             raise ValueError(f"{owner}: {file}: {key} is the DoRA magnitude of {what}; allowed: "
                              "magnitudes of linear LoRA modules")  # fmt: skip
-        d_out = factors[module][1].shape[0]
+        d_out = factors[module].b_shape[0]
         if m.dim() != 1 or m.shape[0] != d_out or not m.is_floating_point():
             raise ValueError(f"{owner}: {file}: {key} has shape {list(m.shape)} {m.dtype}; "
                              f"allowed: [{d_out}] (d_out), floating point")  # fmt: skip
         if not all_finite(m):
             raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
-    return FactorFile(dict(sorted(factors.items())), frozenset(embeddings), others, magnitudes)
+    for pair in factors.values():
+        for key, t in zip((pair.a_key, pair.b_key), read_pair(file, pair), strict=True):
+            if not all_finite(t):
+                raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
+    return FactorFile(file, dict(sorted(factors.items())), frozenset(embeddings), others,
+                      magnitudes)  # fmt: skip
 
 
-def _check_factor(t: torch.Tensor, key: str, file: Path, owner: str) -> None:
-    if t.dim() != 2:
-        raise ValueError(
-            f"{owner}: {file}: {key} has shape {list(t.shape)} ({t.dim()}-D); "
-            "allowed: a 2-D factor"
-        )
-    if not t.is_floating_point():
-        raise ValueError(f"{owner}: {file}: {key} is {t.dtype}; allowed: floating point")
-    if not all_finite(t):
-        raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
+def read_pair(file: Path, pair: StoredPair) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A [r, d_in], B [d_out, r])`` of one module, read from ``file`` into memory of their
+    own (the file is opened for this pair only, so its memory map does not outlive it).
+
+    Raises:
+        ValueError: the file no longer holds the pair as its header was read (changed on
+            disk since).
+    """
+    try:
+        with safetensors.safe_open(str(file), framework="pt") as handle:
+            A, B = handle.get_tensor(pair.a_key), handle.get_tensor(pair.b_key)
+    except (safetensors.SafetensorError, OSError, KeyError) as e:
+        raise ValueError(f"read_pair: {file}: {pair.a_key}: {e} (changed on disk?)") from None
+    if (tuple(A.shape), tuple(B.shape), A.dtype, B.dtype) != (pair.a_shape, pair.b_shape,
+                                                              pair.dtype, pair.dtype):  # fmt: skip
+        raise ValueError(f"read_pair: {file}: {pair.a_key} is no longer as read (changed on "
+                         "disk since the adapter was loaded)")  # fmt: skip
+    return A, B
 
 
 def read_records(folder: Path, *, owner: str) -> dict[str, dict[str, Any]] | None:
@@ -283,67 +323,3 @@ def read_records(folder: Path, *, owner: str) -> dict[str, dict[str, Any]] | Non
     if not isinstance(modules, dict):
         raise ValueError(f"{owner}: {file}: 'modules' is not an object of records")
     return modules
-
-
-def write_adapter(
-    folder: str | os.PathLike,
-    factors: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-    config: Mapping[str, Any],
-    records: Mapping[str, Mapping[str, Any]],
-    *,
-    overwrite: bool,
-    owner: str,
-    embeddings: frozenset[str] = frozenset(),
-) -> Path:
-    """Write the three files into ``folder`` (created if needed), each by an atomic rename.
-
-    Raises:
-        FileExistsError: ``folder`` already holds an adapter file and not ``overwrite``.
-    """
-    folder = Path(folder)
-    existing = [n for n in (WEIGHTS, CONFIG, RECORDS, *PICKLES) if (folder / n).exists()]
-    if existing and not overwrite:
-        raise FileExistsError(
-            f"{owner}: {folder} already holds {', '.join(existing)}; "
-            "allowed: a new or empty directory, or overwrite=True"
-        )
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = {}
-    for module, (A, B) in factors.items():
-        emb = module in embeddings
-        tensors[factor_key(module, "lora_A", embedding=emb)] = _own_storage(A)
-        tensors[factor_key(module, "lora_B", embedding=emb)] = _own_storage(B)
-    records_doc = {"format": RECORDS_FORMAT, "version": 1, "modules": dict(records)}
-    texts = {
-        CONFIG: json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-        RECORDS: json.dumps(records_doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-    }
-    _atomic_write(folder / WEIGHTS, tensors)
-    for name, text in texts.items():
-        _atomic_write(folder / name, text.encode("utf-8"))
-    return folder
-
-
-def _own_storage(t: torch.Tensor) -> torch.Tensor:
-    """``t`` on the CPU, contiguous and alone in its storage: copied only when it is a view
-    into a larger storage (safetensors refuses tensors that share memory), so that a whole
-    adapter is written without a second copy of its factors."""
-    t = t.detach().cpu().contiguous()
-    whole = t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
-    return t if whole else t.clone()
-
-
-def _atomic_write(path: Path, data: bytes | dict[str, torch.Tensor]) -> None:
-    """Write ``data`` (bytes, or tensors as a safetensors file streamed from their memory,
-    never serialised into one buffer) to a temporary sibling of ``path``, then rename it."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if isinstance(data, bytes):
-                f.write(data)
-        if not isinstance(data, bytes):
-            safetensors.torch.save_file(data, tmp, metadata={"format": "pt"})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -96,8 +96,11 @@ def base_model(spec: PretrainSpec, weights: dict[str, torch.Tensor], d_vocab: in
 
 def read_adapter_bytes(files: dict[str, bytes]) -> Adapter:
     """An :class:`Adapter` from the verified bytes of its folder's files (name → bytes),
-    written to a private temporary folder and loaded from there."""
+    written to a private temporary folder, loaded from there and read into memory (the
+    folder is removed)."""
     with tempfile.TemporaryDirectory(prefix="gaugelab-adapter-") as tmp:
         for name, data in files.items():
             (Path(tmp) / name).write_bytes(data)
-        return Adapter.load(tmp)
+        stored = Adapter.load(tmp)
+        return Adapter(dict(stored.modules), stored.config, embeddings=stored.embeddings,
+                       others=stored.others)  # fmt: skip

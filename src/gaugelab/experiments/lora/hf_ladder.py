@@ -189,16 +189,17 @@ def hf_ladder(adapter: Adapter, evidence: HFEvidence, ranks: tuple[int, ...],
                          "with a LoRA pair on a linear module")  # fmt: skip
     transposed = frozenset(
         m for m in modules
-        if _check_module(hf.model, m, (adapter.modules[m].B.shape[0],
-                                       adapter.modules[m].A.shape[1]), where)
+        if _check_module(hf.model, m, (adapter.records[m].d_out, adapter.records[m].d_in), where)
     )  # fmt: skip
     context = getattr(hf.config, "n_positions", None) or getattr(
         hf.config, "max_position_embeddings", None)  # fmt: skip
     window = min(evidence.window, context) if context else evidence.window
     windows = _windows(hf, evidence, window)
     batches = [(w[:, :-1], w[:, 1:]) for w in torch.split(windows, evidence.batch)]
-    deltas = {m: (adapter.modules[m].B.double() * adapter.modules[m].scale,
-                  adapter.modules[m].A.double()) for m in modules}  # (s·B, A): factor space
+    deltas = {}
+    for m in modules:
+        one = adapter.modules[m]  # read once
+        deltas[m] = (one.B.double() * one.scale, one.A.double())  # (s·B, A): factor space
     lm = head == "causal-lm" and evidence.end_to_end
     reference = {"base_target": mean_loss(hf.model, batches)} if lm else {}
     replacer = Replacer(hf.model, deltas, transposed)  # W₀ + ΔW from here on

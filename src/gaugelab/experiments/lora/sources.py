@@ -22,6 +22,7 @@ from gaugelab.adapters import Adapter
 from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.dora import dora_updates
 from gaugelab.adapters.files import PREFIX as PEFT_PREFIX
+from gaugelab.adapters.module import ScaledFactors
 from gaugelab.experiments.lora.data import (
     BASE_PREFIX,
     pretrain_weights,
@@ -44,7 +45,7 @@ class Source:
     label: str
     method: str
     seed: int | None
-    factors: dict[str, tuple[torch.Tensor, torch.Tensor, float]]  # LoRA: B, A, s
+    factors: Mapping[str, tuple[torch.Tensor, torch.Tensor, float]]  # LoRA: B, A, s
     dense: dict[str, torch.Tensor]  # full: module → ΔW (the 2-D linear updates)
     others: dict[str, torch.Tensor]  # full: every other parameter's delta
     dtype: torch.dtype
@@ -58,8 +59,8 @@ class Source:
 
 
 def _from_adapter(adapter: Adapter, source: str, store: RunStore | None, **kw) -> Source:
-    factors = {m: (a.B, a.A, a.scale) for m, a in adapter.modules.items()}
-    dtype = next(iter(adapter.modules.values())).A.dtype
+    factors = ScaledFactors(adapter.modules)
+    dtype = getattr(torch, next(iter(adapter.records.values())).dtype)
     found = Source(source, kw.pop("label", "adapter"), "lora", kw.pop("seed", None), factors,
                     {}, {}, dtype, **kw, adapter=adapter)  # fmt: skip
     if adapter.config.fan_in_fan_out:
@@ -92,7 +93,7 @@ def _dora(adapter: Adapter, source: str, base: BaseCheckpoint) -> Source:
     """A DoRA adapter's source: its effective updates, dense (no factors to analyse)."""
     updates = dora_updates(adapter, base)
     dense = {p: u.delta for p, u in updates.items()}
-    rank = ", ".join(sorted({str(m.r) for m in adapter.modules.values()}))
+    rank = ", ".join(sorted({str(r.r) for r in adapter.records.values()}))
     found = Source(source, "dora", "dora", None, {}, dense, {}, torch.float64, adapter=None,
                    rtol={p: u.rtol for p, u in updates.items()})  # fmt: skip
     found.missing.append(

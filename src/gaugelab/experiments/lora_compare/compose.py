@@ -20,11 +20,12 @@ import torch
 
 from gaugelab.adapters.checkpoint import BaseCheckpoint
 from gaugelab.adapters.names import module_order
+from gaugelab.adapters.writer import AdapterWriter
 from gaugelab.experiments.lora.ladder import capture_inputs
 from gaugelab.experiments.lora.sources import Found, find, open_store
 from gaugelab.experiments.lora.sources import check_base_shapes as _check_source
 from gaugelab.experiments.lora_compare.sources import losses, merged_model, target_batches
-from gaugelab.lowrank.composition.adapters import ModuleLedger, compose_adapters
+from gaugelab.lowrank.composition.adapters import ComposedAdapter, ModuleLedger, compose_adapters
 from gaugelab.lowrank.composition.ledger import interference, staged_expansion_report
 from gaugelab.lowrank.spectra.factored import factor_work_dtype
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
@@ -124,8 +125,9 @@ def compose_lora(
             update is no sum of ``s·B A`` pairs).
         FileExistsError: ``out`` holds an adapter already (checked before composing).
 
-    The adapter is written last (into a temporary sibling folder moved onto ``out``): an
-    error anywhere leaves ``out`` as it was.
+    The adapter is written module by module as it is composed (memory: one module, whatever
+    the number of layers) into a temporary sibling folder, moved onto ``out`` when everything
+    else is done: an error anywhere leaves ``out`` as it was.
 
     Source:
         seed 003 §0x05A–§0x05D, §0x05G.
@@ -156,14 +158,35 @@ def compose_lora(
             )
     check_base_shapes(found, func)
     adapters = [f.source.adapter for f in found]
-    composed = compose_adapters(adapters, weights, method=method, rank=rank,  # type: ignore[arg-type]
-                                allow_different_bases=allow_different_bases,
-                                progress=progress)  # fmt: skip
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        with AdapterWriter(tmp, owner=func) as writer:  # module by module, into tmp
+            composed = compose_adapters(adapters, weights, method=method, rank=rank,  # type: ignore[arg-type]
+                                        allow_different_bases=allow_different_bases,
+                                        progress=progress, writer=writer)  # fmt: skip
+        result = _result(found, composed, method, rank, out, evaluate, samples, progress)
+        composed.write_ledger(tmp)
+        if out.exists():
+            out.rmdir()  # empty (checked first); a file put there meanwhile is not replaced
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result
+
+
+def _result(found: list[Found], composed: ComposedAdapter, method: str, rank: int | None,
+            out: Path, evaluate: bool, samples: int,
+            progress: Callable[[str, int, int], None] | None) -> ComposeResult:  # fmt: skip
+    """The result of a composition: ledger, notes, staged expansion and (asked) losses."""
+    adapters = [f.source.adapter for f in found]
     labels = [f.label for f in found]
     if len(set(labels)) < len(labels):  # the same candidate twice (other seeds, studies)
         labels = [f"[{j}] {label}" for j, label in enumerate(labels)]
     ledger = sorted(composed.ledger, key=lambda m: module_order(m.module))
-    result = ComposeResult(labels, composed.weights, method, rank, Path(out), ledger)
+    result = ComposeResult(labels, composed.weights, method, rank, out, ledger)
     for label, adapter in zip(labels, adapters, strict=True):
         if adapter.others:  # type: ignore[union-attr]
             result.notes.append(
@@ -189,7 +212,6 @@ def compose_lora(
             result.notes.append(f"losses and sampled-output interference: not computed ({why})")
         else:
             _evaluate(result, found, composed, samples)
-    result.out = _save(composed, Path(out))  # last: nothing is written when anything failed
     return result
 
 
@@ -209,21 +231,6 @@ def check_base_shapes(found: list[Found], func: str) -> None:
         if key not in models:
             models[key] = merged_model(f, {})
         _check_source(f.source, f.label, models[key], func)
-
-
-def _save(composed, out: Path) -> Path:
-    """Write ``composed`` into a temporary sibling of ``out``, then move it into place."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        composed.save(tmp)
-        if out.exists():
-            out.rmdir()  # empty (checked first); a file put there meanwhile is not replaced
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
 
 
 def _stages(found: list[Found], weights: tuple[float, ...], labels: list[str],

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from gaugelab.adapters import Adapter, AdapterConfig, AdapterModule
+from gaugelab.adapters.writer import AdapterWriter
 from gaugelab.lowrank.composition.ledger import compose_static, compress, interference
 from gaugelab.lowrank.spectra.factored import factor_work_dtype
 from gaugelab.models.lora import FactorRecord
@@ -113,10 +114,17 @@ class ComposedAdapter:
         Raises:
             FileExistsError: ``directory`` already holds an adapter (never overwritten).
         """
-        folder = self.adapter.save(directory)
-        with open(Path(folder) / COMPOSITION_FILE, "x", encoding="utf-8") as handle:
+        return self.write_ledger(self.adapter.save(directory))
+
+    def write_ledger(self, directory: str | os.PathLike[str]) -> Path:
+        """Write :data:`COMPOSITION_FILE` into ``directory`` (the adapter written there).
+
+        Raises:
+            FileExistsError: the file exists (never overwritten).
+        """
+        with open(Path(directory) / COMPOSITION_FILE, "x", encoding="utf-8") as handle:
             json.dump(self.to_dict(), handle, indent=1, ensure_ascii=False, allow_nan=True)
-        return Path(folder)
+        return Path(directory)
 
 
 def _record(module: str, B: torch.Tensor, A: torch.Tensor, fan_in_fan_out: bool) -> FactorRecord:
@@ -138,6 +146,7 @@ def compose_adapters(
     rtol: float | None = None,
     allow_different_bases: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
+    writer: AdapterWriter | None = None,
 ) -> ComposedAdapter:
     """Compose adapters ``Σ_j λ_j s_j B_j A_j`` module by module (union of their modules).
 
@@ -158,6 +167,9 @@ def compose_adapters(
         allow_different_bases: compose adapters whose ``base_model_name_or_path`` differ
             (off: such a sum is not meaningful in one coordinate system, §0x05A).
         progress: called as ``progress("composing", i, n)`` after each of the ``n`` modules.
+        writer: write each composed module as it is made, and not keep it (memory: one
+            module, whatever the number of layers); the adapter returned then reads its
+            modules from the written folder. None: kept in memory.
 
     Returns:
         :class:`ComposedAdapter`.
@@ -207,6 +219,8 @@ def compose_adapters(
     fan_in_fan_out = layouts.pop()  # the factors are [d_out, r], [r, d_in] in both layouts
     modules = list(dict.fromkeys(m for a in adapters for m in a.modules))
     out: dict[str, AdapterModule] = {}
+    records: dict[str, FactorRecord] = {}
+    embeddings = frozenset(m for a in adapters for m in a.embeddings)
     ledger = []
     for module in modules:
         idx = tuple(j for j, a in enumerate(adapters) if module in a.modules)
@@ -237,30 +251,36 @@ def compose_adapters(
             pairs.append(PairRow(idx[a], idx[b], float(ia.row.min_rank_overlap),
                                  float(ia.column.min_rank_overlap), ia.cross_term,
                                  ia.cosine))  # fmt: skip
-        record = _record(module, B, A, fan_in_fan_out)
-        out[module] = AdapterModule(A.contiguous(), B.contiguous(), record)
+        records[module] = record = _record(module, B, A, fan_in_fan_out)
+        if writer is None:
+            out[module] = AdapterModule(A.contiguous(), B.contiguous(), record)
+        else:
+            writer.add(module, A, B, record.to_dict(), embedding=module in embeddings)
         ledger.append(ModuleLedger(
             module, idx, comp.ranks, comp.scales, comp.coefficients, comp.rank_b_cat,
             comp.rank_a_cat, comp.rank_bound, comp.measured_rank, comp.max_abs_difference,
             A.shape[0], residual, tuple(pairs),
         ))  # fmt: skip
         if progress is not None:
-            progress("composing", len(out), len(modules))
-    r = Counter(m.A.shape[0] for m in out.values()).most_common(1)[0][0]
+            progress("composing", len(records), len(modules))
+    r = Counter(m.r for m in records.values()).most_common(1)[0][0]
     tasks = {a.config.extra.get("task_type") for a in adapters}  # AutoPeftModelFor… reads it
     task_type = next(iter(tasks)) if len(tasks) == 1 else None
-    exact = {p: "^" + re.escape(p) for p in out}
+    exact = {p: "^" + re.escape(p) for p in records}
     config = AdapterConfig(
-        r=r, lora_alpha=float(r), target_modules=tuple(out),
-        rank_pattern={exact[p]: m.r for p, m in out.items() if m.r != r},
-        alpha_pattern={exact[p]: float(m.r) for p, m in out.items() if m.r != r},
+        r=r, lora_alpha=float(r), target_modules=tuple(records),
+        rank_pattern={exact[p]: m.r for p, m in records.items() if m.r != r},
+        alpha_pattern={exact[p]: float(m.r) for p, m in records.items() if m.r != r},
         fan_in_fan_out=fan_in_fan_out,
         base_model_name_or_path=next(iter(bases)) if len(bases) == 1 else None,
         extra={"bias": "none", "inference_mode": True, "init_lora_weights": True,
                "lora_bias": False, "modules_to_save": None, "task_type": task_type,
                "use_dora": False},
     )  # fmt: skip
-    embeddings = frozenset(m for a in adapters for m in a.embeddings)
     named = tuple(a.config.base_model_name_or_path for a in adapters)
-    return ComposedAdapter(Adapter(out, config, embeddings=embeddings), ledger, method, rank,
-                           weights, named, allow_different_bases)  # fmt: skip
+    if writer is None:
+        adapter = Adapter(out, config, embeddings=embeddings)
+    else:
+        adapter = Adapter.load(writer.finish(config.to_json_dict()))
+    return ComposedAdapter(adapter, ledger, method, rank, weights, named,
+                           allow_different_bases)  # fmt: skip
