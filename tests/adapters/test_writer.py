@@ -1,6 +1,7 @@
 """Tests for gaugelab.adapters.writer and the module-at-a-time reading of adapter files:
 what the streaming writer writes, safetensors' own readers read back bit for bit."""
 
+import gc
 import json
 
 import pytest
@@ -94,11 +95,32 @@ def test_the_writer_refuses_a_module_twice_other_dtypes_and_an_existing_adapter(
     assert [p.name for p in (tmp_path / "a").iterdir() if p.name.startswith(".")] == []
 
 
-def test_a_loaded_adapter_reads_each_module_from_its_file_on_lookup(tmp_path):
-    """Nothing of the factors is kept: two lookups give equal tensors in separate memory."""
-    folder = adapter(torch.float32).save(tmp_path / "a")
-    loaded = Adapter.load(folder)
-    first, second = loaded.modules["layers.0.q_proj"], loaded.modules["layers.0.q_proj"]
-    assert torch.equal(first.A, second.A) and first.A.data_ptr() != second.A.data_ptr()
+def _tensors_held(obj) -> int:
+    """Tensors reachable from ``obj`` through containers and gaugelab objects."""
+    seen, todo, found = set(), [obj], 0
+    while todo:
+        x = todo.pop()
+        if id(x) in seen or isinstance(x, type):
+            continue
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            found += 1
+        elif isinstance(x, dict | list | tuple | set | frozenset):
+            todo.extend(x.values() if isinstance(x, dict) else x)
+        elif type(x).__module__.startswith("gaugelab"):
+            todo.extend(gc.get_referents(x))
+    return found
+
+
+def test_a_loaded_adapter_keeps_no_factor_after_a_lookup(tmp_path):
+    """Each lookup reads the module from the file; nothing of it stays with the adapter."""
+    made = adapter(torch.float32)
+    loaded = Adapter.load(made.save(tmp_path / "a"))
+    first = loaded.modules["layers.0.q_proj"]
+    assert torch.equal(first.A, made.modules["layers.0.q_proj"].A)
+    assert _tensors_held(loaded) == 0
+    assert _tensors_held(made) == 4  # the in-memory adapter: two modules' A and B
+    first.A.add_(1.0)  # in place: no later lookup sees it
+    assert torch.equal(loaded.modules["layers.0.q_proj"].A, made.modules["layers.0.q_proj"].A)
     assert list(loaded.modules) == ["layers.0.q_proj", "layers.1.q_proj"]
     assert "layers.1.q_proj" in loaded.modules and "layers.2.q_proj" not in loaded.modules

@@ -53,8 +53,8 @@ class AdapterModule:
 class StoredModules(Mapping[str, AdapterModule]):
     """Module path → :class:`AdapterModule`, each read from ``adapter_model.safetensors`` when
     it is looked up and not kept: memory holds one module's factors at a time, whatever the
-    number of layers (the file is opened per lookup, so its memory map is released with the
-    factors). The file was validated when the adapter was loaded
+    number of layers (:class:`~gaugelab.adapters.files.PairReader` bounds what the file's
+    memory map keeps). The file was validated when the adapter was loaded
     (:func:`gaugelab.adapters.files.read_factors`).
 
     Args:
@@ -70,11 +70,12 @@ class StoredModules(Mapping[str, AdapterModule]):
         if set(pairs) != set(records):
             raise ValueError(f"StoredModules: pairs {sorted(pairs)} but records {sorted(records)}")
         self.file = Path(file)
+        self._reader = files.PairReader(self.file)
         self.pairs = dict(pairs)
         self.records = dict(records)
 
     def __getitem__(self, module: str) -> AdapterModule:
-        A, B = files.read_pair(self.file, self.pairs[module])
+        A, B = self._reader.read(self.pairs[module])
         return AdapterModule(A, B, self.records[module])
 
     def __iter__(self) -> Iterator[str]:
