@@ -31,9 +31,10 @@ from dataclasses import dataclass
 import torch
 
 from gaugelab.lowrank.composition.interference import Interference, interference
-from gaugelab.lowrank.spectra.factored import as_update, work_dtype
+from gaugelab.lowrank.spectra.factored import as_update, factor_triangles, work_dtype
 from gaugelab.lowrank.spectra.ranks import numerical_rank
 from gaugelab.lowrank.spectra.reconstruction import reconstruct_by_rank
+from gaugelab.lowrank.spectra.spectrum import spectrum
 from gaugelab.lowrank.subspaces.compare import UpdateBases, update_bases
 
 __all__ = [
@@ -162,9 +163,12 @@ def compose_static(
     given = rtol
     if rtol is None:  # the computation's dtype: LAPACK runs half precision in float32
         rtol = max(m, n, R) * torch.finfo(work_dtype(B_cat.dtype)).eps
-    rank_b, rank_a = _matrix_rank(B_cat, rtol), _matrix_rank(A_cat.mT, rtol)
+    pair = (B_cat, A_cat)
+    triangles = factor_triangles(as_update(pair, func))  # R_B, R_A: all three spectra
+    rank_b, rank_a = _matrix_rank(triangles[0], rtol), _matrix_rank(triangles[1], rtol)
     bound = min(rank_b, rank_a, R)
-    product = numerical_rank((B_cat, A_cat), matrix_id="composition", rtol=given)
+    product = numerical_rank(spectrum(pair, matrix_id="composition", triangles=triangles),
+                             rtol=given)  # fmt: skip
     measured = min(int(product.value), bound)  # type: ignore[union-attr]  # rank(BA) ≤ both
     diff = None
     if check:

@@ -248,21 +248,41 @@ def update_svd(update: Update) -> FactoredSvd:
     return FactoredSvd(U, S, Vh.mT, _record("dense", "torch.linalg.svd", update.dtype, X))
 
 
-def update_singular_values(update: Update) -> tuple[torch.Tensor, SvdRecord]:
-    """Singular values ``[..., q]`` of an update, without singular vectors."""
+def factor_triangles(update: Update) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(R_B [..., k_B, r], R_A [..., k_A, r])``: the triangular factors of ``B = Q_B R_B`` and
+    ``Aᵀ = Q_A R_A`` (``k_B = min(d_out, r)``, ``k_A = min(d_in, r)``), computed in the work
+    dtype. ``R_B`` has ``B``'s singular values, ``R_A`` those of ``A``, and ``s·R_B R_Aᵀ``
+    those of ``s·B A``: the two QRs are the whole cost of all three spectra.
+
+    Raises:
+        ValueError: a dense update (no factors).
+    """
+    if update.B is None or update.A is None:
+        raise ValueError("factor_triangles: a dense update has no factors")
+    work = work_dtype(update.dtype)
+    R_B = torch.linalg.qr(update.B.to(work), mode="r")[1]
+    R_A = torch.linalg.qr(update.A.to(work).mT, mode="r")[1]
+    return R_B, R_A
+
+
+def update_singular_values(
+    update: Update, triangles: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> tuple[torch.Tensor, SvdRecord]:
+    """Singular values ``[..., q]`` of an update, without singular vectors (of factors: from
+    ``triangles``, :func:`factor_triangles`, computed here when not given)."""
     work = work_dtype(update.dtype)
     if update.dense is not None:
         X = update.dense.to(work)
         return torch.linalg.svdvals(X), _record("dense", "torch.linalg.svdvals", update.dtype, X)
-    B, A = update.B.to(work), update.A.to(work)  # type: ignore[union-attr]
-    R_B = torch.linalg.qr(B, mode="r")[1]  # [..., k_B, r]
-    R_A = torch.linalg.qr(A.mT, mode="r")[1]  # [..., k_A, r]
+    R_B, R_A = factor_triangles(update) if triangles is None else triangles
     core = scaled(R_B @ R_A.mT, update.scale)  # [..., k_B, k_A]
     backend = "torch.linalg.qr(mode='r') + torch.linalg.svdvals"
     return torch.linalg.svdvals(core), _record("factored", backend, update.dtype, core)
 
 
-def factor_roundoff(update: Update, work: torch.dtype) -> torch.Tensor:
+def factor_roundoff(
+    update: Update, work: torch.dtype, triangles: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> torch.Tensor:
     """``[...]`` the absolute round-off scale of the factored SVD of ``s·B A`` computed in
     ``work``: ``max(m, n)·eps(work)·|s|·‖B‖₂‖A‖₂`` (spectral norms, from the ``r × r`` Gram
     matrices).
@@ -273,12 +293,17 @@ def factor_roundoff(update: Update, work: torch.dtype) -> torch.Tensor:
     error bounded by a small multiple of ``eps(work)·‖B‖₂‖A‖₂`` (golub2013matrix, §5.2 and §8.6;
     higham2002accuracy, §3.5 for the product), and ``σ₁(s·B A) ≤ |s|·‖B‖₂‖A‖₂``. The scale is that
     of the factors, not of the product's largest singular value, so it stays small when the
-    product cancels (``X − X``) and never grows with a half-precision storage dtype.
+    product cancels (``X − X``) and never grows with a half-precision storage dtype. Given
+    ``triangles`` (:func:`factor_triangles`), ``‖B‖₂ = ‖R_B‖₂`` and ``‖A‖₂ = ‖R_A‖₂``.
     """
-    B, A = update.B.to(work), update.A.to(work)  # type: ignore[union-attr]
-    gram_B, gram_A = B.mT @ B, A @ A.mT  # [..., r, r]
-    norms = (torch.linalg.eigvalsh(gram_B)[..., -1] * torch.linalg.eigvalsh(gram_A)[..., -1])
-    norms = norms.clamp(min=0).sqrt()  # ‖B‖₂‖A‖₂  [...]
+    if triangles is not None:
+        norms = torch.linalg.matrix_norm(triangles[0], 2) * torch.linalg.matrix_norm(
+            triangles[1], 2)  # fmt: skip
+    else:
+        B, A = update.B.to(work), update.A.to(work)  # type: ignore[union-attr]
+        gram_B, gram_A = B.mT @ B, A @ A.mT  # [..., r, r]
+        norms = torch.linalg.eigvalsh(gram_B)[..., -1] * torch.linalg.eigvalsh(gram_A)[..., -1]
+        norms = norms.clamp(min=0).sqrt()  # ‖B‖₂‖A‖₂  [...]
     scale = torch.as_tensor(update.scale, dtype=work).abs()
     return max(update.shape) * torch.finfo(work).eps * scale * norms
 

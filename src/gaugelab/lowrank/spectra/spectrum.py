@@ -14,6 +14,7 @@ from gaugelab.lowrank.spectra.factored import (
     as_update,
     check_dtype,
     factor_roundoff,
+    factor_triangles,
     update_singular_values,
 )
 
@@ -121,7 +122,11 @@ class Spectrum:
 
 
 def spectrum(
-    x: object, *, matrix_id: str | None = None, computed_in: torch.dtype | None = None
+    x: object,
+    *,
+    matrix_id: str | None = None,
+    computed_in: torch.dtype | None = None,
+    triangles: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Spectrum:
     """The singular values of a matrix object, computed once for every policy.
 
@@ -137,6 +142,8 @@ def spectrum(
         computed_in: dtype the matrix (or its factors) was produced in; default ``x``'s
             dtype. A float32 ``B A`` cast to float64 should pass ``torch.float32`` here, so
             the default tolerances read its float32 rounding as noise, not as rank.
+        triangles: for factors, their :func:`~gaugelab.lowrank.spectra.factored.factor_triangles`
+            when the caller has them already (the QRs are then not repeated).
 
     Returns:
         ``Spectrum``: ``sigma [..., q]`` in ``x``'s dtype (float32 for float16 / bfloat16).
@@ -162,8 +169,11 @@ def spectrum(
     if isinstance(x, torch.Tensor) and x.ndim == 1:
         return Spectrum.from_singular_values(x, matrix_id=mid, computed_in=dtype)
     update = as_update(x, func, "x")
-    sigma, record = update_singular_values(update)
-    roundoff = None if update.dense is not None else factor_roundoff(update, sigma.dtype)
+    if update.dense is None and triangles is None:
+        triangles = factor_triangles(update)
+    sigma, record = update_singular_values(update, triangles)
+    roundoff = None if update.dense is not None else factor_roundoff(update, sigma.dtype,
+                                                                     triangles)  # fmt: skip
     return Spectrum(mid, sigma, update.shape, dtype or update.dtype, record, roundoff)
 
 
