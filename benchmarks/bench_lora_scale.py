@@ -221,5 +221,10 @@ def _row(label: str, dtype: str, layers: int, seconds: float, rss: float, peer_n
     if peer is None:
         peer_name, cells = "—", ["—", "—"]
     else:
-        cells = [f"{peer:.0f} (extrapolated)", f"{peer / seconds:.0f}×"]
+        cells = [f"{_short(peer)} (extrapolated)", f"{_short(peer / seconds)}×"]
     return [label, dtype, layers, f"{seconds:.1f}", f"{rss:.0f}", peer_name, *cells, target]
+
+
+def _short(x: float) -> str:
+    """``x`` with its integer digits and at least two significant ones (0.083, 1.4, 865)."""
+    return f"{x:.0f}" if x >= 10 else f"{x:.2g}"
