@@ -128,6 +128,15 @@ def strict_dtypes():
         yield
 
 
+def pytest_configure(config):
+    """Under ``--dist loadgroup`` pytest-xdist hands out the groups in the order of
+    :func:`pytest_collection_modifyitems` below (the long tests first), not sorted by how many
+    tests a group has: by count, the golden commands (one test each, up to a minute or more)
+    were handed out after every module of several tests, last."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under ``pytest -n`` (``--dist loadgroup``, the default), the tests that share a module- or
