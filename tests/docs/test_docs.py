@@ -89,9 +89,13 @@ REDUCTIONS: dict[str, tuple[Option, ...]] = {
 }
 """Command → the options that shrink it. Every other command runs as the page shows it."""
 
-PYTHON_REDUCTIONS: dict[str, str] = {"steps=2000": "steps=50"}
+PYTHON_REDUCTIONS: dict[str, str] = {
+    "steps=2000": "steps=50",
+    "steps=10, checkpoints=(0, 1, 10)": "steps=2, checkpoints=(0, 1, 2)",
+}
 """Text of a ``python`` block → what the test runs instead (the zoo and dial at the sh lines'
-``--steps 50``); the page keeps the protocol's size."""
+``--steps 50``; the twin studies, which print the step-1 distances, at the sh lines' ``--steps
+2``); the page keeps the protocol's size."""
 
 
 @dataclass(frozen=True)
