@@ -1,14 +1,15 @@
 """PEFT adapter files on disk: ``adapter_model.safetensors`` + ``adapter_config.json``.
 
-Tensors are read and written with ``safetensors`` only; a pickle checkpoint
-(``adapter_model.bin``) is refused, never loaded. Keys follow ``save_pretrained``:
+Tensors are read with ``safetensors`` only (written in its layout by
+:mod:`gaugelab.adapters.writer`); a pickle checkpoint (``adapter_model.bin``) is refused, never
+loaded. Keys follow ``save_pretrained``:
 ``base_model.model.<module path>.lora_A.weight`` and ``….lora_B.weight`` (PEFT strips the
 adapter name, ``default``, from the keys it writes); an embedding's pair is
 ``….lora_embedding_A`` (``[r, num_embeddings]``) and ``….lora_embedding_B``
 (``[embedding_dim, r]``). Whatever else a file holds — ``modules_to_save`` copies (a
 classifier head), trained biases (``bias="lora_only"``: ``….base_layer.bias``) — is listed, not
-analysed, and never refused for being there. The file is memory-mapped and read tensor by
-tensor (``safetensors.safe_open``); :mod:`gaugelab.adapters.writer` writes it. gaugelab also writes
+analysed, and never refused for being there. The file is memory-mapped and read pair by pair
+(``safetensors.safe_open``, :class:`PairReader`). gaugelab also writes
 ``gaugelab_factor_records.json``, the factor records of §0x07I; PEFT ignores the file.
 """
 
