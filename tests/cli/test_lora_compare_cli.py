@@ -138,3 +138,18 @@ def test_bad_options_are_one_line_errors(folders, tmp_path, args, message):
     assert message.format(tmp=tmp_path) in result.output, result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_adapters_of_different_bases_are_refused_naming_the_option_that_allows_them(
+    folders, tmp_path
+):
+    other = Adapter.load(folders[1])
+    config = type(other.config)(**{**other.config.__dict__, "base_model_name_or_path": "other"})
+    renamed = Adapter(dict(other.modules), config).save(tmp_path / "other")
+    refused = invoke("compose", folders[0], renamed, "--out", tmp_path / "c", "--no-report",
+                     "--store", tmp_path / "none.sqlite")  # fmt: skip
+    assert refused.exit_code == 2 and "--allow-base-mismatch" in refused.output
+    assert "allow_different_bases" not in refused.output and not (tmp_path / "c").exists()
+    allowed = invoke("compose", folders[0], renamed, "--out", tmp_path / "c", "--no-report",
+                     "--allow-base-mismatch", "--store", tmp_path / "none.sqlite")  # fmt: skip
+    assert allowed.exit_code == 0, allowed.output

@@ -259,6 +259,7 @@ def compose(
         message = str(exc)
         for prefix in ("compose_lora: ", "compose_adapters: "):
             message = message.removeprefix(prefix)
+        message = message.replace("allow_different_bases=True", "--allow-base-mismatch")
         raise fail(message, _OPTIONS) from None
     if json_out:
         typer.echo(_lora_compare_views.to_json(result))
