@@ -78,15 +78,27 @@ def test_the_base_checkpoint_holds_every_pair_embedding_included(made, tmp_path)
                      store=tmp_path / "none.sqlite")  # fmt: skip
 
 
-def test_compose_keeps_task_type_and_embedding_keys(made, tmp_path):
+def test_a_composed_classifier_adapter_keeps_its_embedding_keys_and_loads_in_peft(made, tmp_path):
+    """PEFT's SEQ_CLS model expects the classifier head in the folder (KeyError
+    'base_model.model.classifier.weight' without it); heads are not composed, so the
+    composition names no such task type and PEFT loads it as a PeftModel."""
     out = tmp_path / "composed"
     result = compose_lora([f for _, f in made], out, store=tmp_path / "none.sqlite",
                           evaluate=False)  # fmt: skip
     composed = Adapter.load(out)
-    assert composed.config.extra["task_type"] == "SEQ_CLS"  # AutoPeftModelFor… needs it
+    assert composed.config.extra["task_type"] is None
+    assert any("task_type SEQ_CLS not written" in n for n in result.notes)
     assert composed.embeddings == {"bert.embeddings.word_embeddings"}
     assert not composed.others
     assert sum("are not composed and not written" in n for n in result.notes) == 2
+    _, folder = made[0]
+    base = transformers.BertForSequenceClassification.from_pretrained(
+        folder.parent / f"{folder.name}-base")  # fmt: skip
+    loaded = peft.PeftModel.from_pretrained(base, str(out))
+    layer = loaded.base_model.model.bert.encoder.layer[0].attention.self.query
+    module = "bert.encoder.layer.0.attention.self.query"
+    torch.testing.assert_close(layer.get_delta_weight("default").detach(),
+                               composed.delta_weight(module), rtol=0, atol=1e-7)  # fmt: skip
 
 
 def test_compose_json_and_a_base_mismatch_allowed_and_recorded(made, tmp_path):

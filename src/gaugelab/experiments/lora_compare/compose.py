@@ -25,7 +25,12 @@ from gaugelab.experiments.lora.ladder import capture_inputs
 from gaugelab.experiments.lora.sources import Found, find, open_store
 from gaugelab.experiments.lora.sources import check_base_shapes as _check_source
 from gaugelab.experiments.lora_compare.sources import losses, merged_model, target_batches
-from gaugelab.lowrank.composition.adapters import ComposedAdapter, ModuleLedger, compose_adapters
+from gaugelab.lowrank.composition.adapters import (
+    HEAD_TASKS,
+    ComposedAdapter,
+    ModuleLedger,
+    compose_adapters,
+)
 from gaugelab.lowrank.composition.ledger import interference, staged_expansion_report
 from gaugelab.lowrank.spectra.factored import factor_work_dtype
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
@@ -187,6 +192,14 @@ def _result(found: list[Found], composed: ComposedAdapter, method: str, rank: in
         labels = [f"[{j}] {label}" for j, label in enumerate(labels)]
     ledger = sorted(composed.ledger, key=lambda m: module_order(m.module))
     result = ComposeResult(labels, composed.weights, method, rank, out, ledger)
+    heads = sorted({str(a.config.extra.get("task_type")) for a in adapters  # type: ignore[union-attr]
+                    if a.config.extra.get("task_type") in HEAD_TASKS})  # type: ignore[union-attr]
+    if heads:
+        result.notes.append(
+            f"task_type {', '.join(heads)} not written: PEFT's model for it expects the task "
+            "head in the folder, and heads are not composed; load the composition with "
+            "PeftModel.from_pretrained(model, folder)"
+        )
     for label, adapter in zip(labels, adapters, strict=True):
         if adapter.others:  # type: ignore[union-attr]
             result.notes.append(

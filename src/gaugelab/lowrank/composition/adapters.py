@@ -20,8 +20,8 @@ from gaugelab.lowrank.composition.ledger import compose_static, compress, interf
 from gaugelab.lowrank.spectra.factored import factor_work_dtype
 from gaugelab.models.lora import FactorRecord
 
-__all__ = ["COMPOSITION_FILE", "DENSE_CHECK_LIMIT", "METHODS", "WRITTEN", "ComposedAdapter",
-           "ModuleLedger", "compose_adapters"]  # fmt: skip
+__all__ = ["COMPOSITION_FILE", "DENSE_CHECK_LIMIT", "HEAD_TASKS", "METHODS", "WRITTEN",
+           "ComposedAdapter", "ModuleLedger", "compose_adapters"]  # fmt: skip
 
 METHODS: tuple[str, ...] = ("cat", "svd")
 """``cat``: concatenated factors, exact, width ``Σ r_j``; ``svd``: the composition's best
@@ -32,6 +32,11 @@ COMPOSITION_FILE = "gaugelab_composition.json"
 
 WRITTEN = {torch.bfloat16: torch.float32, torch.float16: torch.float32}
 """The dtype a composition of half-precision sources is written in (others: the sources')."""
+
+HEAD_TASKS = ("SEQ_CLS", "TOKEN_CLS", "QUESTION_ANS")
+"""PEFT task types whose model adds the task head to ``modules_to_save`` and expects its weights
+in the file (PEFT's load fails with a ``KeyError`` without them). A composition writes no head
+(heads are not composed), so its config names none of these: PEFT loads it as a ``PeftModel``."""
 
 DENSE_CHECK_LIMIT = 1 << 22
 """The largest ``m·n`` for which a composition is checked against the dense sum (4M entries:
@@ -272,6 +277,7 @@ def compose_adapters(
     r = Counter(m.r for m in records.values()).most_common(1)[0][0]
     tasks = {a.config.extra.get("task_type") for a in adapters}  # AutoPeftModelFor… reads it
     task_type = next(iter(tasks)) if len(tasks) == 1 else None
+    task_type = None if task_type in HEAD_TASKS else task_type  # no head is written
     exact = {p: "^" + re.escape(p) for p in records}
     config = AdapterConfig(
         r=r, lora_alpha=float(r), target_modules=tuple(records),
