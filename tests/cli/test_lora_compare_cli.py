@@ -78,6 +78,8 @@ def test_compose_writes_a_loadable_adapter_and_prints_the_ledger(folders, tmp_pa
     assert result.exit_code == 0, result.output
     assert "Rank ledger of the composition (cat)" in result.output
     assert "not computed" in result.output  # folders: no base model and data
+    flat = " ".join(result.output.split())
+    assert "output terms: not computed" in flat and "nats/char" not in flat
     composed, one, two = Adapter.load(out), Adapter.load(a), Adapter.load(b)
     module = "blocks.0.attn.q_proj"
     want = one.delta_weight(module) - 0.5 * two.delta_weight(module)

@@ -251,16 +251,18 @@ def compose_tables(result: ComposeResult) -> list[rep.Table]:
                          o.output_cosine if o else None])  # fmt: skip
     tables = [ledger]
     if rows:
-        n = result.outputs[0].n_samples if result.outputs else 0
+        outputs = ("output terms: (2/N)Σ⟨ΔW_i x, ΔW_j x⟩ on N = "
+                   f"{result.outputs[0].n_samples} real layer inputs of the pretrained model on "
+                   "the targets' validation windows" if result.outputs
+                   else "output terms: not computed (no base model and data)")  # fmt: skip
         tables.append(rep.Table(
             title="Novelty and interference of each pair of sources",
             columns=["module", "pair", "row Ω_min", "column Ω_min", "2⟨ΔW_i, ΔW_j⟩_F",
                      "Frobenius cosine", "output cross term", "output cosine"],
             rows=rows,
             caption="Span overlap (novelty) and coefficients inside the spans (interference) "
-            "are separate measurements (seed 003 §0x05D); output terms: (2/N)Σ⟨ΔW_i x, ΔW_j x⟩ "
-            f"on N = {n} real layer inputs of the pretrained model on the targets' validation "
-            "windows. Sources numbered in the order given.",
+            f"are separate measurements (seed 003 §0x05D); {outputs}. Sources numbered in the "
+            "order given.",
         ))  # fmt: skip
     if result.stages:
         measured = "retention" in result.stages[0]
@@ -281,7 +283,8 @@ def compose_tables(result: ComposeResult) -> list[rep.Table]:
             "it counts directions that are only nearly shared, so it can be > 0 where the "
             "interference table's update-span overlap is ≈ 1; a stage adds 0 only where its "
             "directions repeat earlier ones to within that tolerance. The total's rank can "
-            "grow by less (cancellation). Losses in nats/char; target j is source j's.",
+            "grow by less (cancellation)."
+            + (" Losses in nats/char; target j is source j's." if measured else ""),
         ))  # fmt: skip
     if result.losses:
         names = [f"target of {s}" for s in result.sources]
