@@ -65,6 +65,7 @@ def test_inspect_analyses_the_pairs_and_says_what_it_did_not(made, tmp_path):
     notes = " ".join(result.not_computed)
     assert "not analysed: 4 trained tensor(s)" in notes and "classifier.weight [2, 16]" in notes
     assert "embedding LoRA (bert.embeddings.word_embeddings)" in notes
+    assert "is not a gaugelab pretrain run (lora inspect --base FOLDER --data FILE" in notes
 
 
 def test_the_base_checkpoint_holds_every_pair_embedding_included(made, tmp_path):

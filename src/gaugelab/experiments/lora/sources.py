@@ -128,7 +128,8 @@ def resolve_path(path: Path, store: RunStore | None, base: BaseCheckpoint | None
     found = _from_adapter(adapter, str(path), store)
     name = adapter.config.base_model_name_or_path or ""
     why = (
-        f"its base model ({name!r}) is not a gaugelab pretrain run"
+        f"its base model ({name!r}) is not a gaugelab pretrain run (lora inspect --base "
+        "FOLDER --data FILE computes it on your own model and text)"
         if not name.startswith(BASE_PREFIX)
         else f"its base model, pretrain run {name.removeprefix(BASE_PREFIX)[:12]}, is not "
         f"completed in {store.path if store else 'the store'}"
