@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -40,7 +41,9 @@ def policy_table(result: InspectResult) -> rep.Table:
     ]  # fmt: skip
     numerical = next((p for m in result.modules for p in m.policies
                       if p.policy_id.startswith("numerical")), None)  # fmt: skip
-    rule = numerical.parameters.get("tolerance_rule", "") if numerical else ""
+    rule = str(numerical.parameters.get("tolerance_rule", "")) if numerical else ""
+    if len({m.shape for m in result.modules}) > 1:  # the rule names the first module's shape
+        rule = re.sub(r", \(m, n\) = \(\d+, \d+\)$", ", (m, n) each module's shape", rule)
     threshold = "τ" if numerical and numerical.parameters.get("rtol") is None else "rtol·σ_1"
     return rep.Table(
         title=f"Rank policies of each module's update ({result.label}, {result.source})",
