@@ -280,9 +280,7 @@ def update_singular_values(
     return torch.linalg.svdvals(core), _record("factored", backend, update.dtype, core)
 
 
-def factor_roundoff(
-    update: Update, work: torch.dtype, triangles: tuple[torch.Tensor, torch.Tensor] | None = None
-) -> torch.Tensor:
+def factor_roundoff(update: Update, work: torch.dtype) -> torch.Tensor:
     """``[...]`` the absolute round-off scale of the factored SVD of ``s·B A`` computed in
     ``work``: ``max(m, n)·eps(work)·|s|·‖B‖₂‖A‖₂`` (spectral norms, from the ``r × r`` Gram
     matrices).
@@ -293,17 +291,12 @@ def factor_roundoff(
     error bounded by a small multiple of ``eps(work)·‖B‖₂‖A‖₂`` (golub2013matrix, §5.2 and §8.6;
     higham2002accuracy, §3.5 for the product), and ``σ₁(s·B A) ≤ |s|·‖B‖₂‖A‖₂``. The scale is that
     of the factors, not of the product's largest singular value, so it stays small when the
-    product cancels (``X − X``) and never grows with a half-precision storage dtype. Given
-    ``triangles`` (:func:`factor_triangles`), ``‖B‖₂ = ‖R_B‖₂`` and ``‖A‖₂ = ‖R_A‖₂``.
+    product cancels (``X − X``) and never grows with a half-precision storage dtype.
     """
-    if triangles is not None:
-        norms = torch.linalg.matrix_norm(triangles[0], 2) * torch.linalg.matrix_norm(
-            triangles[1], 2)  # fmt: skip
-    else:
-        B, A = update.B.to(work), update.A.to(work)  # type: ignore[union-attr]
-        gram_B, gram_A = B.mT @ B, A @ A.mT  # [..., r, r]
-        norms = torch.linalg.eigvalsh(gram_B)[..., -1] * torch.linalg.eigvalsh(gram_A)[..., -1]
-        norms = norms.clamp(min=0).sqrt()  # ‖B‖₂‖A‖₂  [...]
+    B, A = update.B.to(work), update.A.to(work)  # type: ignore[union-attr]
+    gram_B, gram_A = B.mT @ B, A @ A.mT  # [..., r, r]
+    norms = (torch.linalg.eigvalsh(gram_B)[..., -1] * torch.linalg.eigvalsh(gram_A)[..., -1])
+    norms = norms.clamp(min=0).sqrt()  # ‖B‖₂‖A‖₂  [...]
     scale = torch.as_tensor(update.scale, dtype=work).abs()
     return max(update.shape) * torch.finfo(work).eps * scale * norms
 

@@ -14,7 +14,6 @@ from gaugelab.lowrank.spectra.factored import (
     as_update,
     check_dtype,
     factor_roundoff,
-    factor_triangles,
     update_singular_values,
 )
 
@@ -169,11 +168,8 @@ def spectrum(
     if isinstance(x, torch.Tensor) and x.ndim == 1:
         return Spectrum.from_singular_values(x, matrix_id=mid, computed_in=dtype)
     update = as_update(x, func, "x")
-    if update.dense is None and triangles is None:
-        triangles = factor_triangles(update)
     sigma, record = update_singular_values(update, triangles)
-    roundoff = None if update.dense is not None else factor_roundoff(update, sigma.dtype,
-                                                                     triangles)  # fmt: skip
+    roundoff = None if update.dense is not None else factor_roundoff(update, sigma.dtype)
     return Spectrum(mid, sigma, update.shape, dtype or update.dtype, record, roundoff)
 
 
