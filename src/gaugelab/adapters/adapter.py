@@ -52,6 +52,13 @@ def _unknown_record(module: str, pair: files.StoredPair, config: AdapterConfig) 
     )
 
 
+def _records(modules: Mapping[str, AdapterModule]) -> dict[str, FactorRecord]:
+    """The records of ``modules``, without reading a stored module's factors."""
+    if isinstance(modules, StoredModules):
+        return dict(modules.records)
+    return {p: m.record for p, m in modules.items()}
+
+
 class Adapter:
     """A LoRA adapter: per module ``A [r, d_in]``, ``B [d_out, r]``, ``s``, and its record.
 
@@ -91,8 +98,7 @@ class Adapter:
     ) -> None:
         if not modules:
             raise ValueError("Adapter: modules is empty; allowed: at least one adapted module")
-        records = (modules.records if isinstance(modules, StoredModules)
-                   else {p: m.record for p, m in modules.items()})  # fmt: skip
+        records = _records(modules)
         for path, rec in records.items():
             want = (config.rank_for(path), config.alpha_for(path))
             if (rec.r, rec.alpha) != want or rec.use_rslora != config.use_rslora:
@@ -114,7 +120,6 @@ class Adapter:
                     "allowed: [d_out] of an adapted module"
                 )
         self.modules = modules if isinstance(modules, StoredModules) else dict(modules)
-        self._records = records
         self.config = config
         self.embeddings = frozenset(embeddings)
         self.others = dict(others or {})
@@ -128,7 +133,7 @@ class Adapter:
     @property
     def records(self) -> dict[str, FactorRecord]:
         """Module path → :class:`FactorRecord`."""
-        return dict(self._records)
+        return _records(self.modules)
 
     def delta_weight(self, module: str) -> torch.Tensor:
         """``ΔW = s·B A`` of ``module`` in its base weight's layout: ``[d_out, d_in]``, or
