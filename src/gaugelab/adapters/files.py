@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import closing
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -279,12 +280,11 @@ def read_factors(folder: Path, *, owner: str, dora: bool = False) -> FactorFile:
                              f"allowed: [{d_out}] (d_out), floating point")  # fmt: skip
         if not all_finite(m):
             raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
-    reader = PairReader(file)
-    for pair in factors.values():
-        for key, t in zip((pair.a_key, pair.b_key), reader.read(pair), strict=True):
-            if not all_finite(t):
-                raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
-    reader.close()
+    with closing(PairReader(file)) as reader:
+        for pair in factors.values():
+            for key, t in zip((pair.a_key, pair.b_key), reader.read(pair), strict=True):
+                if not all_finite(t):
+                    raise ValueError(f"{owner}: {file}: {key} has non-finite values (nan or inf)")
     return FactorFile(file, dict(sorted(factors.items())), frozenset(embeddings), others,
                       magnitudes)  # fmt: skip
 

@@ -18,7 +18,7 @@ import shutil
 import struct
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,13 @@ from gaugelab.adapters.files import (
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _atomic_write(path: Path, fill: Callable[[Path], None]) -> None:
+    """``fill`` writes a temporary sibling of ``path``, which is then renamed onto it (removed
+    if ``fill`` raises)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        fill(Path(tmp))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -113,29 +115,28 @@ class AdapterWriter:
             ``folder``.
         """
         self._out.close()
-        head = json.dumps({"__metadata__": {"format": "pt"}, **self.header},
-                          separators=(",", ":")).encode()  # fmt: skip
-        head += b" " * (-len(head) % 8)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{WEIGHTS}.", suffix=".tmp")
         try:
-            with os.fdopen(fd, "wb") as out, open(self._payload, "rb") as payload:
-                out.write(struct.pack("<Q", len(head)) + head)
-                shutil.copyfileobj(payload, out)
-            with safetensors.safe_open(tmp, framework="pt") as check:
-                if set(check.keys()) != set(self.header):
-                    raise ValueError(f"{self.owner}: the written weights do not read back")
-            os.replace(tmp, self.folder / WEIGHTS)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            _atomic_write(self.folder / WEIGHTS, self._weights)
         finally:
             Path(self._payload).unlink(missing_ok=True)
         texts = {CONFIG: dict(config),
                  RECORDS: {"format": RECORDS_FORMAT, "version": 1, "modules": self.records}}
         for name, doc in texts.items():
             text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-            _atomic_write(self.folder / name, text.encode("utf-8"))
+            _atomic_write(self.folder / name, lambda tmp, t=text: tmp.write_text(t, "utf-8"))
         return self.folder
+
+    def _weights(self, tmp: Path) -> None:
+        """The header, then the payload's bytes, into ``tmp``; read back by safetensors."""
+        head = json.dumps({"__metadata__": {"format": "pt"}, **self.header},
+                          separators=(",", ":")).encode()  # fmt: skip
+        head += b" " * (-len(head) % 8)
+        with open(tmp, "wb") as out, open(self._payload, "rb") as payload:
+            out.write(struct.pack("<Q", len(head)) + head)
+            shutil.copyfileobj(payload, out)
+        with safetensors.safe_open(str(tmp), framework="pt") as check:
+            if set(check.keys()) != set(self.header):
+                raise ValueError(f"{self.owner}: the written weights do not read back")
 
     def abort(self) -> None:
         """Remove what was written so far (the folder's earlier files are untouched)."""
