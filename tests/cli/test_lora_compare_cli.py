@@ -155,3 +155,14 @@ def test_adapters_of_different_bases_are_refused_naming_the_option_that_allows_t
     allowed = invoke("compose", folders[0], renamed, "--out", tmp_path / "c", "--no-report",
                      "--allow-base-mismatch", "--store", tmp_path / "none.sqlite")  # fmt: skip
     assert allowed.exit_code == 0, allowed.output
+
+
+@pytest.mark.parametrize(("weights", "message"), [
+    ("0.3,nan", "--weights '0.3,nan'; allowed: comma-separated finite numbers"),
+    ("0.3", "--weights has 1 values for 2 sources; allowed: one per source"),
+])  # fmt: skip
+def test_bad_weights_are_refused_naming_the_option(folders, tmp_path, weights, message):
+    result = invoke("compose", *folders, "--weights", weights, "--out", tmp_path / "c",
+                    "--no-report", "--store", tmp_path / "none.sqlite")  # fmt: skip
+    assert result.exit_code == 2 and message in " ".join(result.output.split())
+    assert not (tmp_path / "c").exists()

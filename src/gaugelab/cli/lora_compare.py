@@ -8,6 +8,7 @@ imports (torch, the experiments) happen inside the command functions, so that
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -167,6 +168,8 @@ def _floats(text: str, option: str) -> tuple[float, ...]:
         values = tuple(float(x) for x in text.split(",") if x.strip())
     except ValueError:
         raise ValueError(f"{option} {text!r}; allowed: comma-separated numbers") from None
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{option} {text!r}; allowed: comma-separated finite numbers")
     return values
 
 
@@ -234,7 +237,8 @@ def compose(
     try:
         lam = _floats(weights, "--weights") if weights is not None else None
         if lam is not None and len(lam) != len(sources):
-            raise ValueError(f"--weights has {len(lam)} values for {len(sources)} sources")
+            raise ValueError(f"--weights has {len(lam)} values for {len(sources)} sources; "
+                             "allowed: one per source")
         per_seed = None
         if seeds is not None:
             per_seed = [int(x) for x in seeds.split(",")]
