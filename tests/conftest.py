@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.support import forkserver as _forkserver
 from tests.support.margins import Margins
 
 # Under pytest-xdist each worker gets its share of the cores as its thread count (and the
@@ -26,6 +27,15 @@ def shakespeare(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("data") / "tinyshakespeare.txt"
     path.write_bytes(tiny_shakespeare_bytes())
     return path
+
+
+@pytest.fixture(scope="session")
+def forkserver(tmp_path_factory) -> dict[str, str]:
+    """The environment that sends ``tests.support.forkserver.CLIENT`` commands to this worker's
+    fork server (started on first use): the docs pages and golden commands run through it and
+    import torch once, not once a command."""
+    with _forkserver.started(tmp_path_factory.mktemp("forkserver")) as env:
+        yield env
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,9 @@
 #                                  the CPU's own (AVX-512 where it has it) × 1 and 2 threads
 #   tests/portability.sh --quick   the two extremes, `default` on 1 thread and the CPU's own on
 #                                  2: what `make test` runs
+#   tests/portability.sh --list    the test files it runs: those that name the `margin` fixture
+#                                  (collecting only them saves each variation a full
+#                                  collection; tests/test_portability.py checks the list)
 #
 # Two variations run at a time (JOBS=…); their results do not depend on the load, only their
 # time. Extra arguments go to pytest (e.g. `-k lora_twins`). PYTHON picks the interpreter.
@@ -14,6 +17,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 JOBS=${JOBS:-2}
+mapfile -t files < <(grep -rlE '\bmargin\b' tests --include='test_*.py' | sort)
+if [[ ${1:-} == --list ]]; then
+    printf '%s\n' "${files[@]}"
+    exit 0
+fi
 variations=(default:1 avx2:1 native:1 default:2 avx2:2 native:2)
 if [[ ${1:-} == --quick ]]; then
     variations=(default:1 native:2)
@@ -31,7 +39,7 @@ run_variation() {  # kernels threads [pytest args…]
         export ATEN_CPU_CAPABILITY=$kernels
     fi
     GAUGELAB_TEST_THREADS=$threads GAUGELAB_MARGINS="$out/$kernels-${threads}t.jsonl" \
-        "$PYTHON" -m pytest -m portability -n 0 -p no:cacheprovider "$@"
+        "$PYTHON" -m pytest -m portability -n 0 -p no:cacheprovider "${files[@]}" "$@"
 }
 
 for variation in "${variations[@]}"; do

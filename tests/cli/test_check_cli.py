@@ -1,4 +1,6 @@
-"""gaugelab check on a user's own optimizer: a module in the current directory, by subprocess."""
+"""gaugelab check on a user's own optimizer: a module in the current directory, in a fresh
+process (a child of the fork server, :mod:`tests.support.forkserver`; the Ctrl-C test starts
+the console script itself)."""
 
 import os
 import re
@@ -7,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.forkserver import CLIENT
 from tests.support.terminal import as_foreground_job
 
 GAUGELAB = Path(sys.executable).with_name("gaugelab")  # the console script beside the venv's python
@@ -23,13 +26,19 @@ def workdir(tmp_path_factory):
     return path
 
 
-def gaugelab_check(workdir, *args):
+@pytest.fixture
+def gaugelab_check(workdir, forkserver):
+    """``gaugelab check ARGS...`` run in ``workdir`` without ``$PYTHONPATH``."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [str(GAUGELAB), "check", *args], cwd=workdir, env=env, capture_output=True, text=True,
-        timeout=300,
-    )  # fmt: skip
+    env.update(forkserver, COLUMNS="200")
+
+    def run(*args):
+        return subprocess.run(
+            [*CLIENT, "gaugelab", "check", *args], cwd=workdir, env=env, capture_output=True,
+            text=True, timeout=300,
+        )  # fmt: skip
+
+    return run
 
 
 def without_heartbeats(stderr: str) -> list[str]:
@@ -48,9 +57,9 @@ def without_heartbeats(stderr: str) -> list[str]:
     ],
 )
 def test_check_finds_a_module_in_the_current_directory_and_gives_its_verdict(
-    workdir, target, verdict
+    gaugelab_check, target, verdict
 ):
-    result = gaugelab_check(workdir, target, "--steps", "3", "--draws", "1")
+    result = gaugelab_check(target, "--steps", "3", "--draws", "1")
     assert result.returncode == 0, result.stderr
     assert f"verdict: {verdict}" in result.stdout, result.stdout
 
@@ -63,8 +72,8 @@ def test_check_finds_a_module_in_the_current_directory_and_gives_its_verdict(
     ],
     ids=["raises-on-import", "not-an-optimizer"],
 )
-def test_check_reports_a_bad_target_in_one_line_with_exit_code_2(workdir, target, fragments):
-    result = gaugelab_check(workdir, target)
+def test_check_reports_a_bad_target_in_one_line_with_exit_code_2(gaugelab_check, target, fragments):
+    result = gaugelab_check(target)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = without_heartbeats(result.stderr)
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -113,9 +122,9 @@ def test_ctrl_c_stops_a_long_check_with_one_line_and_exit_code_130(workdir):
          "hessian-vector"],
 )  # fmt: skip
 def test_an_optimizer_that_fails_gets_one_line_verdict_error_and_exit_code_4(
-    workdir, target, fragments
+    gaugelab_check, target, fragments
 ):
-    result = gaugelab_check(workdir, target, "--steps", "3", "--draws", "1")
+    result = gaugelab_check(target, "--steps", "3", "--draws", "1")
     assert result.returncode == 4, result.stdout + result.stderr
     lines = without_heartbeats(result.stderr)
     assert len(lines) == 1 and lines[0].startswith(f"error: {target}: "), result.stderr
@@ -124,10 +133,10 @@ def test_an_optimizer_that_fails_gets_one_line_verdict_error_and_exit_code_4(
     assert "Traceback" not in result.stdout + result.stderr
 
 
-def test_json_reports_a_failed_optimizer_with_verdict_error_phase_and_reason(workdir):
+def test_json_reports_a_failed_optimizer_with_verdict_error_phase_and_reason(gaugelab_check):
     import json
 
-    result = gaugelab_check(workdir, "myopts:RaisesInStep", "--steps", "3", "--json")
+    result = gaugelab_check("myopts:RaisesInStep", "--steps", "3", "--json")
     assert result.returncode == 4, result.stderr
     report = json.loads(result.stdout)
     assert report["verdict"] == "error" and report["phase"] == "step 3 of the base run"
@@ -135,10 +144,10 @@ def test_json_reports_a_failed_optimizer_with_verdict_error_phase_and_reason(wor
     assert report["optimizer"] == "myopts:RaisesInStep"
 
 
-def test_json_of_a_diverged_run_carries_verdict_diverged_beside_its_one_line(workdir):
+def test_json_of_a_diverged_run_carries_verdict_diverged_beside_its_one_line(gaugelab_check):
     import json
 
-    result = gaugelab_check(workdir, "gd", "--opt", "lr=1e300", "--steps", "3", "--draws", "1",
+    result = gaugelab_check("gd", "--opt", "lr=1e300", "--steps", "3", "--draws", "1",
                             "--json")  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
     report = json.loads(result.stdout)

@@ -6,13 +6,16 @@ earlier one wrote); under ``pytest -n`` the pages spread over the workers.
 * A ``sh`` (or ``bash``) block is one bash script (``set -eo pipefail``) with this interpreter's
   folder first on ``PATH``, so ``gaugelab`` and ``python`` are the ones under test. A line that
   starts with ``gaugelab`` (after optional ``VAR=value`` assignments) runs this environment's
-  console script, with ``--store`` pointed into the working folder when the command takes one
-  and, for the commands in :data:`REDUCTIONS`, the extra options that shrink it.
+  console script's ``main()`` in a fresh child of the worker's fork server (which imported
+  torch once: :mod:`tests.support.forkserver`), with ``--store`` pointed into the working folder
+  when the command takes one and, for the commands in :data:`REDUCTIONS`, the extra options
+  that shrink it.
 * A line ``make TARGET ...`` is checked with ``make -n`` in the repository (the target must exist);
   the ``gaugelab`` commands of its recipe run as above, its other recipe lines (installs, ruff,
   pytest) do not run.
-* A ``python`` block runs as a script in a subprocess; its line numbers are the page's, and
-  the texts in :data:`PYTHON_REDUCTIONS` are replaced by smaller ones.
+* A ``python`` block runs as a script (``python FILE``, in a child of the fork server); its
+  line numbers are the page's, and the texts in :data:`PYTHON_REDUCTIONS` are replaced by
+  smaller ones.
 
 A block opts out only with the line ``<!-- docs-test: skip (reason) -->`` immediately before
 its opening fence; it is then not collected as a test, and ``test_every_block_left_out_says_why``
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from tests.support.forkserver import CLIENT
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -222,8 +226,9 @@ def gaugelab_executable() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "gaugelab"]
 
 
-def rewrite_gaugelab(line: str, store: Path) -> str:
-    """The command the test runs for a page's ``gaugelab ...`` line.
+def rewrite_gaugelab(line: str, store: Path, exe: list[str] | None = None) -> str:
+    """The command the test runs for a page's ``gaugelab ...`` line (``exe``: what runs
+    ``gaugelab``, by default :func:`gaugelab_executable`).
 
     Raises:
         ValueError: the line gives an absolute ``--store`` (the test keeps every store inside its
@@ -258,9 +263,9 @@ def rewrite_gaugelab(line: str, store: Path) -> str:
             raise ValueError(f"{line!r}: an absolute --store; give a relative path or none")
         if not given:
             extra += ["--store", str(store)]
-    exe = " ".join(shlex.quote(x) for x in gaugelab_executable())
+    program = " ".join(shlex.quote(x) for x in exe or gaugelab_executable())
     added = "".join(" " + shlex.quote(x) for x in extra)
-    return f"{m['env']}{exe}{args}{added}{' ' + tail if tail else ''}"
+    return f"{m['env']}{program}{args}{added}{' ' + tail if tail else ''}"
 
 
 def expand_make(line: str) -> tuple[list[str], list[str]]:
@@ -289,8 +294,9 @@ def expand_make(line: str) -> tuple[list[str], list[str]]:
     return run, not_run
 
 
-def shell_script(code: str, store: Path) -> tuple[str, list[str]]:
-    """The bash script for a sh block, and the make recipe lines it does not run."""
+def shell_script(code: str, store: Path, exe: list[str] | None = None) -> tuple[str, list[str]]:
+    """The bash script for a sh block, and the make recipe lines it does not run (``exe``: see
+    :func:`rewrite_gaugelab`)."""
     physical = code.splitlines()
     out, not_run, heredoc, i = ["set -eo pipefail"], [], None, 0
     while i < len(physical):
@@ -307,10 +313,12 @@ def shell_script(code: str, store: Path) -> tuple[str, list[str]]:
         stripped = line.strip()
         if MAKE_LINE.match(stripped):
             commands, skipped = expand_make(stripped)
-            out += [rewrite_gaugelab(c, store) for c in commands]
+            out += [rewrite_gaugelab(c, store, exe) for c in commands]
             not_run += [f"{stripped}: {s}" for s in skipped]
             continue
-        out.append(rewrite_gaugelab(stripped, store) if GAUGELAB_LINE.match(stripped) else line)
+        out.append(
+            rewrite_gaugelab(stripped, store, exe) if GAUGELAB_LINE.match(stripped) else line
+        )
         doc = HEREDOC.search(line)
         if doc:
             heredoc = doc["word"]
@@ -330,15 +338,20 @@ class Outcome:
     not_run: list[str] = field(default_factory=list)
 
 
-def _environment() -> dict[str, str]:
-    env = dict(os.environ)
+def _environment(server: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, **server}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env.update(COLUMNS="100", MPLBACKEND="Agg", PYTHONUNBUFFERED="1")
     return env
 
 
-def run_block(block: Block, folder: Path) -> Outcome:
-    """Run one block in ``folder``; never raises for a failing block."""
+def run_block(block: Block, folder: Path, server: dict[str, str] | None = None) -> Outcome:
+    """Run one block in ``folder``; never raises for a failing block.
+
+    With ``server`` (the ``forkserver`` fixture's environment) the ``gaugelab`` lines and a
+    ``python`` block run as children of the fork server (:mod:`tests.support.forkserver`): the
+    same command, arguments, folder and environment, without importing torch again."""
+    client = CLIENT if server else None
     start = time.perf_counter()
     not_run: list[str] = []
     try:
@@ -348,15 +361,17 @@ def run_block(block: Block, folder: Path) -> Outcome:
             for text, smaller in PYTHON_REDUCTIONS.items():
                 code = code.replace(text, smaller)
             script.write_text("\n" * block.line + code, encoding="utf-8")
-            argv, shown = [sys.executable, str(script)], code
+            python = [*client, "script"] if client else [sys.executable]
+            argv, shown = [*python, str(script)], code
         else:
-            shown, not_run = shell_script(block.code, folder / "gaugelab-runs" / "store.sqlite")
+            store = folder / "gaugelab-runs" / "store.sqlite"
+            shown, not_run = shell_script(block.code, store, client and [*client, "gaugelab"])
             argv = ["bash", "-c", shown]
     except ValueError as exc:
         return Outcome(False, f"{block.where}: {exc}")
     try:
         done = subprocess.run(
-            argv, cwd=folder, env=_environment(), capture_output=True, text=True,
+            argv, cwd=folder, env=_environment(server or {}), capture_output=True, text=True,
             timeout=TIMEOUT_S,
         )  # fmt: skip
     except subprocess.TimeoutExpired as exc:
@@ -377,7 +392,9 @@ def run_block(block: Block, folder: Path) -> Outcome:
     return Outcome(True, seconds=seconds, not_run=not_run)
 
 
-def _run_page(blocks: list[Block], folder: Path) -> dict[Block, Outcome]:
+def _run_page(
+    blocks: list[Block], folder: Path, server: dict[str, str] | None = None
+) -> dict[Block, Outcome]:
     """Each block's outcome, in order; the blocks after a failing one are not run."""
     outcomes: dict[Block, Outcome] = {}
     failed = None
@@ -388,7 +405,7 @@ def _run_page(blocks: list[Block], folder: Path) -> dict[Block, Outcome]:
             outcomes[block] = Outcome(True)
         else:
             try:
-                outcome = run_block(block, folder)
+                outcome = run_block(block, folder, server)
             except Exception:  # a bug of this test, not of the page: report it, never hang
                 outcome = Outcome(False, f"{block.where}: {traceback.format_exc()}")
             failed = None if outcome.ok else block.where
@@ -410,24 +427,25 @@ class Pages:
 
     last: dict[Path, int]  # page → the line of its last selected block
     folder: object  # tmp_path_factory
+    server: dict[str, str]  # the forkserver fixture
     done: dict[Block, Outcome] = field(default_factory=dict)
 
     def outcome(self, block: Block) -> Outcome:
         if block not in self.done:
             blocks = [b for b in BLOCKS if b.page == block.page and b.line <= self.last[b.page]]
             name = re.sub(r"\W+", "-", str(block.page.relative_to(REPO)))
-            self.done.update(_run_page(blocks, self.folder.mktemp(name)))
+            self.done.update(_run_page(blocks, self.folder.mktemp(name), self.server))
         return self.done[block]
 
 
 @pytest.fixture(scope="session")
-def pages(request, tmp_path_factory) -> Pages:
+def pages(request, tmp_path_factory, forkserver) -> Pages:
     last: dict[Path, int] = {}
     for item in request.session.items:
         block = getattr(item, "callspec", None) and item.callspec.params.get("block")
         if isinstance(block, Block):
             last[block.page] = max(last.get(block.page, 0), block.line)
-    return Pages(last, tmp_path_factory)
+    return Pages(last, tmp_path_factory, forkserver)
 
 
 def _page_group(block: Block):

@@ -1,6 +1,7 @@
 """The printed output of every experiment's quick form, against its recorded golden file.
 
-Each command below runs as a user runs it (``python -m gaugelab …`` in a fresh process), in
+Each command below runs as a user runs it (a fresh child of the fork server, which imported
+torch once: :mod:`tests.support.forkserver`; ``python -m gaugelab`` when recording), in
 the store of its chain (:data:`CHAINS`: ``lora inspect``, ``compare`` and ``compose`` read the
 adapters ``lora finetune`` wrote). Its output is normalised by :func:`normalise` and must equal
 ``tests/golden/<name>.txt``. The files were recorded before the package was rearranged into
@@ -42,6 +43,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.support.forkserver import CLIENT
 
 GOLDEN = Path(__file__).parent
 
@@ -149,16 +151,26 @@ finetune`` stored (its adapters, its pretrained base); each chain runs on one py
 worker, the chains in parallel."""
 
 
-def run_chain(chain: tuple[str, ...], tmp: Path, variant: dict[str, str]) -> dict[str, str]:
+def run_chain(
+    chain: tuple[str, ...], tmp: Path, variant: dict[str, str], server: dict[str, str] | None = None
+) -> dict[str, str]:
     """Golden name → the command's normalised output, every command of ``chain`` run once, in
-    order, in one fresh store under ``tmp``."""
+    order, in one fresh store under ``tmp``.
+
+    With ``server`` (the ``forkserver`` fixture's environment; only for the variant ``{}``, the
+    server's own) each command runs as a child of the fork server, else as ``python -m
+    gaugelab``."""
     tmp.mkdir(parents=True)
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "TERM": "dumb", **variant}
+    program = [sys.executable, "-m", "gaugelab"]
+    if server and not variant:
+        env.update(server)
+        program = [*CLIENT, "gaugelab"]
     results = {}
     for name in chain:
         argv = [a.replace("{tmp}", str(tmp)) for a in COMMANDS[name]]
         proc = subprocess.run(
-            [sys.executable, "-m", "gaugelab", *argv, "--store", str(tmp / "store.sqlite")],
+            [*program, *argv, "--store", str(tmp / "store.sqlite")],
             capture_output=True, text=True, env=env, timeout=600, cwd=tmp,
         )
         assert proc.returncode == 0, f"{name}: exit {proc.returncode}\n{proc.stdout}{proc.stderr}"
@@ -231,7 +243,7 @@ def matches(output: str, golden: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def outputs(tmp_path_factory) -> dict[str, list[str]]:
+def outputs(tmp_path_factory, forkserver) -> dict[str, list[str]]:
     """Golden name → the command's normalised output under each variant run (the first
     only, unless recording); each chain run when its first test asks."""
     variants = VARIANTS if os.environ.get("GAUGELAB_GOLDEN_RECORD") else VARIANTS[:1]
@@ -241,7 +253,9 @@ def outputs(tmp_path_factory) -> dict[str, list[str]]:
         if name not in done:
             chain = next(c for c in CHAINS if name in c)
             tmp = tmp_path_factory.mktemp(f"golden-{chain[0]}")
-            runs = [run_chain(chain, tmp / f"variant{i}", v) for i, v in enumerate(variants)]
+            runs = [
+                run_chain(chain, tmp / f"variant{i}", v, forkserver) for i, v in enumerate(variants)
+            ]
             if dump := os.environ.get("GAUGELAB_GOLDEN_DUMP"):  # each variant's outputs
                 for i, run in enumerate(runs):
                     for key, text in run.items():
