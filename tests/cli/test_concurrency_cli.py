@@ -4,11 +4,11 @@ command prints."""
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.support.forkserver import CLIENT
 
 from gaugelab.study.store.db import RunStore
 
@@ -18,15 +18,14 @@ ZOO = (  # on a pool of two workers
     *("--rules", "gd,adam", "--no-convex", "--max-workers", "2"),
     *("--lr", "gd=2e-2", "--lr", "adam=1e-2"),
 )
-GAUGELAB = "from gaugelab.cli import main; main()"  # the `gaugelab` command, this interpreter
 ENV = {**os.environ, "COLUMNS": "250", "OMP_NUM_THREADS": "1"}
 
 
-def _start(args: tuple[str, ...], store: Path, out: Path) -> subprocess.Popen:
-    command = [sys.executable, "-c", GAUGELAB, *args, "--store", str(store)]
-    command += ["--out", str(out)]
+def _start(args: tuple[str, ...], store: Path, out: Path, server: dict) -> subprocess.Popen:
+    """The ``gaugelab`` command in its own process (a child of the fork server)."""
+    command = [*CLIENT, "gaugelab", *args, "--store", str(store), "--out", str(out)]
     return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV | server
     )
 
 
@@ -39,15 +38,17 @@ def _table_lines(output: str) -> list[list[str]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [TWINS, ZOO], ids=["twins", "zoo"])
-def test_two_identical_commands_train_each_run_once_and_print_the_same_table(tmp_path, args):
+def test_two_identical_commands_train_each_run_once_and_print_the_same_table(
+    tmp_path, args, forkserver
+):
     shared, alone = tmp_path / "shared" / "store.sqlite", tmp_path / "alone" / "store.sqlite"
-    racers = [_start(args, shared, tmp_path / f"report-{i}") for i in range(2)]
+    racers = [_start(args, shared, tmp_path / f"report-{i}", forkserver) for i in range(2)]
     started = time.monotonic()
     outputs = [p.communicate(timeout=600) for p in racers]
     elapsed = time.monotonic() - started
     for proc, (stdout, stderr) in zip(racers, outputs, strict=True):
         assert proc.returncode == 0, stdout + stderr
-    solo = _start(args, alone, tmp_path / "report-alone")
+    solo = _start(args, alone, tmp_path / "report-alone", forkserver)
     solo_out, solo_err = solo.communicate(timeout=600)
     assert solo.returncode == 0, solo_out + solo_err
     expected = _table_lines(solo_out)
