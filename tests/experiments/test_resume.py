@@ -1,6 +1,7 @@
 """Kill-and-resume: a run killed with SIGKILL after a checkpoint and started again with the same
 command resumes from that checkpoint and ends with exactly the metrics of an uninterrupted run
-(twins, one zoo rule and a LoRA fine-tune, at reduced size)."""
+(twins, one zoo rule and a LoRA fine-tune, at reduced size). The killed run is a process of its
+own group; the resumed and the uninterrupted runs are children of the fork server."""
 
 import os
 import signal
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.support.forkserver import CLIENT
 
 from gaugelab.study.store.db import RunStore
 
@@ -44,6 +46,16 @@ print("FAILED", len(out.result.failures))
 
 def _command(script: str, store: Path) -> list[str]:
     return [sys.executable, "-c", textwrap.dedent(script.format(store=str(store)))]
+
+
+def _run_forked(script: str, store: Path, server: dict) -> subprocess.CompletedProcess:
+    """The script run to its end in its own process (a child of the fork server)."""
+    path = store.parent / "script.py"
+    path.write_text(textwrap.dedent(script.format(store=str(store))))
+    return subprocess.run(
+        [*CLIENT, "script", str(path)], capture_output=True, text=True, check=True,
+        env={**os.environ, **server},
+    )  # fmt: skip
 
 
 def _kill_after_first_checkpoint(script: str, store: Path, timeout: float = 300) -> int:
@@ -85,7 +97,7 @@ def _trajectory(store: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", [TWINS, ZOO, LORA], ids=["twins", "zoo-rule", "lora-finetune"])
-def test_a_killed_run_resumes_bit_identically(script, tmp_path):
+def test_a_killed_run_resumes_bit_identically(script, tmp_path, forkserver):
     killed, clean = tmp_path / "killed" / "store.sqlite", tmp_path / "clean" / "store.sqlite"
     killed.parent.mkdir()
     clean.parent.mkdir()
@@ -94,11 +106,11 @@ def test_a_killed_run_resumes_bit_identically(script, tmp_path):
         # killed mid-run: the checkpointed run's attempt is still open (LoRA: the pretrain,
         # which writes no checkpoint here, completed before it)
         assert not all(db.completed(r.identity) for r in db.runs())
-    again = subprocess.run(_command(script, killed), capture_output=True, text=True, check=True)
+    again = _run_forked(script, killed, forkserver)
     (resumed_from,) = [int(x) for x in again.stdout.split("RESUMED")[1].split()[:1]]
     assert resumed_from >= step  # the latest checkpoint at the time of the kill
     assert "FAILED 0" in again.stdout
-    subprocess.run(_command(script, clean), capture_output=True, text=True, check=True)
+    _run_forked(script, clean, forkserver)
     resumed, uninterrupted = _trajectory(killed), _trajectory(clean)
     assert resumed.keys() == uninterrupted.keys()
     assert resumed == uninterrupted  # bit for bit, every metric at every step
