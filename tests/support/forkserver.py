@@ -29,10 +29,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ADDRESS = "GAUGELAB_FORKSERVER"
@@ -45,7 +47,9 @@ CLIENT = [sys.executable, "-S", str(Path(__file__).resolve())]
 def started(folder: Path):
     """A server listening in ``folder`` (its log: ``folder/server.log``); yields the environment
     a client needs (``{ADDRESS: socket path}``). The server and its children end on exit."""
-    path = folder / "socket"
+    # a Unix socket's path has room for about 100 bytes: a deep folder gets a short one
+    short = None if len(str(folder)) < 90 else Path(tempfile.mkdtemp(prefix="gaugelab-"))
+    path = (short or folder) / "socket"
     with open(folder / "server.log", "w") as log:
         server = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "serve", str(path)],
@@ -60,6 +64,8 @@ def started(folder: Path):
         server.terminate()
         server.wait(timeout=30)
         server.stdout.close()
+        if short is not None:
+            shutil.rmtree(short, ignore_errors=True)
 
 
 def client(kind: str, argv: list[str]) -> int:
@@ -153,12 +159,20 @@ def serve(path: str) -> None:
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    parent = os.getppid()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(path)
         server.listen(16)
+        server.settimeout(1.0)
         print("ready", flush=True)
         while True:
-            conn, _ = server.accept()
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                if os.getppid() != parent:  # the test worker is gone: so is its server
+                    stop()
+                continue
+            conn.settimeout(None)
             _, fds, _, _ = socket.recv_fds(conn, 1, 3)
             request = json.loads(conn.makefile("rb").readline())
             pid = os.fork()
