@@ -5,11 +5,12 @@ earlier one wrote); under ``pytest -n`` the pages spread over the workers.
 
 * A ``sh`` (or ``bash``) block is one bash script (``set -eo pipefail``) with this interpreter's
   folder first on ``PATH``, so ``gaugelab`` and ``python`` are the ones under test. A line that
-  starts with ``gaugelab`` (after optional ``VAR=value`` assignments) runs this environment's
-  console script's ``main()`` in a fresh child of the worker's fork server (which imported
-  torch once: :mod:`tests.support.forkserver`), with ``--store`` pointed into the working folder
-  when the command takes one and, for the commands in :data:`REDUCTIONS`, the extra options
-  that shrink it.
+  starts with ``gaugelab`` runs this environment's console script's ``main()`` in a fresh child
+  of the worker's fork server (which imported torch once: :mod:`tests.support.forkserver`); a
+  line that starts with ``VAR=value`` assignments runs the console script in a process of its
+  own (a variable read at import would miss a forked child). Either way ``--store`` points into
+  the working folder when the command takes one and, for the commands in :data:`REDUCTIONS`,
+  the extra options that shrink it are added.
 * A line ``make TARGET ...`` is checked with ``make -n`` in the repository (the target must exist);
   the ``gaugelab`` commands of its recipe run as above, its other recipe lines (installs, ruff,
   pytest) do not run.

@@ -157,9 +157,9 @@ def run_chain(
     """Golden name → the command's normalised output, every command of ``chain`` run once, in
     order, in one fresh store under ``tmp``.
 
-    With ``server`` (the ``forkserver`` fixture's environment; only for the variant ``{}``, the
-    server's own) each command runs as a child of the fork server, else as ``python -m
-    gaugelab``."""
+    With ``server`` (the ``forkserver`` fixture's environment; the test passes it, a recording
+    does not) each command of the variant ``{}``, the server's own, runs as a child of the fork
+    server; otherwise as ``python -m gaugelab``."""
     tmp.mkdir(parents=True)
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "TERM": "dumb", **variant}
     program = [sys.executable, "-m", "gaugelab"]
@@ -253,8 +253,9 @@ def outputs(tmp_path_factory, forkserver) -> dict[str, list[str]]:
         if name not in done:
             chain = next(c for c in CHAINS if name in c)
             tmp = tmp_path_factory.mktemp(f"golden-{chain[0]}")
+            server = None if os.environ.get("GAUGELAB_GOLDEN_RECORD") else forkserver
             runs = [
-                run_chain(chain, tmp / f"variant{i}", v, forkserver) for i, v in enumerate(variants)
+                run_chain(chain, tmp / f"variant{i}", v, server) for i, v in enumerate(variants)
             ]
             if dump := os.environ.get("GAUGELAB_GOLDEN_DUMP"):  # each variant's outputs
                 for i, run in enumerate(runs):

@@ -8,13 +8,14 @@ environment and arguments, runs the console script's ``main()`` (or a script, as
 script.py`` would) and exits with its status. A forked child shares nothing writable with the
 server or with another command.
 
-What a child does not repeat is the import itself, under its own environment: the server is
-started from the test worker's environment, which the commands inherit (``ATEN_CPU_CAPABILITY``,
-``OMP_NUM_THREADS`` are read once, at import). The server runs no torch operation before it
-forks (a used OpenMP pool does not survive ``fork``). The tests of start-up itself (``--help``
-without torch, signals, process trees, the console script) start real processes.
+A child does not import again, so what the libraries read from the environment at import
+(``ATEN_CPU_CAPABILITY``, ``OMP_NUM_THREADS``) comes from the server's environment, the test
+worker's, not from the command's: a command that sets such a variable needs a process of its
+own. The server runs no torch operation before it forks (a used OpenMP pool does not survive
+``fork``). The tests of start-up itself (``--help`` without torch, signals, process trees, the
+console script) start real processes.
 
-    python tests/support/forkserver.py serve SOCKET         the server (one per test worker)
+    python tests/support/forkserver.py serve SOCKET PID     the server, while process PID lives
     python -S tests/support/forkserver.py gaugelab ARGS...  one command, sent to the server
     python -S tests/support/forkserver.py script FILE       ``python FILE``, sent to the server
 
@@ -46,13 +47,14 @@ CLIENT = [sys.executable, "-S", str(Path(__file__).resolve())]
 @contextlib.contextmanager
 def started(folder: Path):
     """A server listening in ``folder`` (its log: ``folder/server.log``); yields the environment
-    a client needs (``{ADDRESS: socket path}``). The server and its children end on exit."""
+    a client needs (``{ADDRESS: socket path}``). On exit the server ends and kills a command
+    still running (its own children; a command's pool or Ray workers end with the command)."""
     # a Unix socket's path has room for about 100 bytes: a deep folder gets a short one
     short = None if len(str(folder)) < 90 else Path(tempfile.mkdtemp(prefix="gaugelab-"))
     path = (short or folder) / "socket"
     with open(folder / "server.log", "w") as log:
         server = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "serve", str(path)],
+            [sys.executable, str(Path(__file__).resolve()), "serve", str(path), str(os.getpid())],
             stdout=subprocess.PIPE, stderr=log, text=True,
         )  # fmt: skip
     try:
@@ -99,6 +101,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
 
     status = 1
     try:
+        conn.settimeout(None)
         for target, fd in zip((0, 1, 2), fds, strict=True):
             os.dup2(fd, target)
             os.close(fd)
@@ -137,8 +140,9 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         os._exit(status)
 
 
-def serve(path: str) -> None:
-    """Import the heavy modules, then fork a child per request until SIGTERM."""
+def serve(path: str, owner: int) -> None:
+    """Import the heavy modules, then fork a child per request until SIGTERM or until process
+    ``owner`` (the test worker) is gone."""
     import matplotlib.backends.backend_agg
     import matplotlib.figure
     import torch
@@ -158,8 +162,21 @@ def serve(path: str) -> None:
                 pass
         os._exit(0)
 
+    def reap() -> None:
+        while children:
+            done, _ = os.waitpid(-1, os.WNOHANG)
+            if done == 0:
+                return
+            children.discard(done)
+
+    def owner_alive() -> bool:
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
     signal.signal(signal.SIGTERM, stop)
-    parent = os.getppid()
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(path)
         server.listen(16)
@@ -169,12 +186,17 @@ def serve(path: str) -> None:
             try:
                 conn, _ = server.accept()
             except TimeoutError:
-                if os.getppid() != parent:  # the test worker is gone: so is its server
+                reap()
+                if not owner_alive():  # the test worker is gone: so is its server
                     stop()
                 continue
-            conn.settimeout(None)
-            _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-            request = json.loads(conn.makefile("rb").readline())
+            conn.settimeout(30)  # a client that connects and sends nothing
+            try:
+                _, fds, _, _ = socket.recv_fds(conn, 1, 3)
+                request = json.loads(conn.makefile("rb").readline())
+            except (OSError, ValueError):
+                conn.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 server.close()
@@ -183,15 +205,11 @@ def serve(path: str) -> None:
             conn.close()
             for fd in fds:
                 os.close(fd)
-            while children:  # reap the ended ones
-                done, _ = os.waitpid(-1, os.WNOHANG)
-                if done == 0:
-                    break
-                children.discard(done)
+            reap()
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(sys.argv[2])
+        serve(sys.argv[2], int(sys.argv[3]))
     else:
         sys.exit(client(sys.argv[1], sys.argv[2:]))
