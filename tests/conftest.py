@@ -1,22 +1,11 @@
 """Shared test fixtures."""
 
-import getpass
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 from tests.support import forkserver as _forkserver
 from tests.support.margins import Margins
-
-# torch's compiler keys its kernel caches without ATEN_CPU_CAPABILITY: a kernel cached under one
-# setting (vectorised) fails to build under another ("'at::vec' has not been declared"). One
-# cache per setting, for the tests and the commands they start.
-_kernels = os.environ.get("ATEN_CPU_CAPABILITY")
-if _kernels and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
-        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{_kernels}"
-    )
 
 # Under pytest-xdist each worker gets its share of the cores as its thread count (and the
 # commands the tests start inherit it): two workers of two OpenMP threads on two cores stall

@@ -1,9 +1,12 @@
 """deterministic() sets torch's switch without loading the compiler, and keeps the compiler's
 own flag with it once the compiler is loaded (torch_compile)."""
 
+import getpass
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
@@ -55,3 +58,16 @@ def test_the_compiler_flag_follows_the_switch_once_the_compiler_is_loaded():
     compiler.deterministic = True
     torch_compile(lambda x: x + 1)  # outside the block: synced to the switch
     assert compiler.deterministic is False
+
+
+def test_each_aten_kernel_setting_compiles_into_a_cache_of_its_own(monkeypatch, tmp_path):
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items()
+                                        if k != "TORCHINDUCTOR_CACHE_DIR"})  # fmt: skip
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    torch_compile(lambda x: x + 1)
+    cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert Path(cache).name == f"torchinductor_{getpass.getuser()}_default", cache
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # the user's own is kept
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    torch_compile(lambda x: x + 1)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path)

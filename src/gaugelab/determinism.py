@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import getpass
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,7 +48,17 @@ def deterministic() -> Iterator[None]:
 def torch_compile(fn: Callable, **options: Any) -> Callable:
     """``torch.compile(fn, **options)`` with the compiler's deterministic flag set to the
     current ``torch.are_deterministic_algorithms_enabled()`` (see :func:`deterministic`, which
-    keeps the two together from then on)."""
+    keeps the two together from then on).
+
+    Under ``ATEN_CPU_CAPABILITY`` (and no ``TORCHINDUCTOR_CACHE_DIR`` of the user's) the
+    compiler's kernel cache is one for that setting, ``torchinductor_<user>_<setting>`` in the
+    temporary folder: torch keys the cache without it, and a vectorised kernel cached under the
+    CPU's own kernels fails to build under ``default`` ("'at::vec' has not been declared")."""
+    kernels = os.environ.get("ATEN_CPU_CAPABILITY")
+    if kernels and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+            tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_{kernels}"
+        )
     import torch._inductor.config as compiler
 
     compiler.deterministic = torch.are_deterministic_algorithms_enabled()
