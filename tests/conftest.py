@@ -1,6 +1,7 @@
 """Shared test fixtures."""
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -161,6 +162,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "margin" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.portability)
+    _refuse_unlisted_portability_tests(items)
+    for item in items:
         if item.get_closest_marker("xdist_group"):
             continue
         defs = getattr(item, "_fixtureinfo", None)
@@ -173,6 +176,25 @@ def pytest_collection_modifyitems(config, items):
     # the long tests first (a stable sort: the same order on every worker), so that no worker
     # is left with a golden chain or a docs page while the other has run out of work
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _refuse_unlisted_portability_tests(items) -> None:
+    """``tests/portability.sh`` collects only the files it lists (``--list``); a test marked
+    ``portability`` in another file would silently miss its CPU variations."""
+    files = {Path(i.path) for i in items if i.get_closest_marker("portability")}
+    if not files:
+        return
+    root = Path(__file__).parent.parent
+    listed = subprocess.run(
+        ["bash", "tests/portability.sh", "--list"], cwd=root, capture_output=True, text=True,
+        check=True,
+    ).stdout.split()  # fmt: skip
+    missed = sorted(str(f.relative_to(root)) for f in files - {root / p for p in listed})
+    if missed:
+        raise pytest.UsageError(
+            f"tests marked portability in {missed}, which tests/portability.sh --list does not "
+            "name: it finds the files that name the margin fixture"
+        )
 
 
 @pytest.hookimpl(trylast=True)

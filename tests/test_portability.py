@@ -1,25 +1,26 @@
-"""tests/portability.sh runs only the files it lists (``--list``): every test marked
-``portability`` of this session must lie in one of them."""
+"""tests/portability.sh runs only the files it lists (``--list``); collection refuses a test
+marked ``portability`` in any other file (tests/conftest.py)."""
 
-import subprocess
 from pathlib import Path
 
 import pytest
+from tests.conftest import _refuse_unlisted_portability_tests
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_portability_script_lists_every_file_with_a_portability_test(request):
-    listed = subprocess.run(
-        ["bash", "tests/portability.sh", "--list"], cwd=REPO, capture_output=True, text=True,
-        check=True,
-    ).stdout.split()  # fmt: skip
-    if {item.path for item in request.session.items} == {request.node.path}:
-        pytest.skip("reads the session's collected tests: run it with the others")
-    marked = {
-        str(Path(item.path).relative_to(REPO))
-        for item in request.session.items
-        if item.get_closest_marker("portability")
-    }
-    assert listed and all((REPO / path).is_file() for path in listed), listed
-    assert marked <= set(listed), sorted(marked - set(listed))
+class _Item:
+    def __init__(self, path: Path, portability: bool):
+        self.path = path
+        self.portability = portability
+
+    def get_closest_marker(self, name: str):
+        return pytest.mark.portability.mark if name == "portability" and self.portability else None
+
+
+def test_a_portability_test_outside_the_scripts_files_is_refused():
+    listed = _Item(REPO / "tests/experiments/twins/test_twins.py", True)
+    here = REPO / "tests/test_portability.py"
+    _refuse_unlisted_portability_tests([listed, _Item(here, False)])  # every marked one listed
+    with pytest.raises(pytest.UsageError, match=r"tests/test_portability\.py"):
+        _refuse_unlisted_portability_tests([listed, _Item(here, True)])
