@@ -158,13 +158,13 @@ def run_chain(
     """Golden name → the command's normalised output, every command of ``chain`` run once, in
     order, in one fresh store under ``tmp``.
 
-    With ``server`` (the ``forkserver`` fixture's environment; the test passes it, a recording
-    does not) each command of the variant ``{}``, the server's own, runs as a child of the fork
-    server; otherwise as ``python -m gaugelab``."""
+    With ``server`` (the ``forkserver`` fixture's environment: the test, which runs only the
+    variant ``{}``, the server's own, passes it; a recording does not) each command runs as a
+    child of the fork server; otherwise as ``python -m gaugelab``."""
     tmp.mkdir(parents=True)
     env = {**os.environ, "COLUMNS": "400", "NO_COLOR": "1", "TERM": "dumb", **variant}
     program = [sys.executable, "-m", "gaugelab"]
-    if server and not variant:
+    if server:
         env.update(server)
         program = [*CLIENT, "gaugelab"]
     results = {}
