@@ -12,7 +12,7 @@ import gaugelab
 
 ROOT = Path(gaugelab.__file__).parent
 LAYERS = [
-    {"gaugelab", "gaugelab.errors", "gaugelab.determinism", "gaugelab._lazy"},
+    {"gaugelab", "gaugelab.errors", "gaugelab.determinism", "gaugelab.lazy"},
     {"gaugelab.linalg"},
     {"gaugelab.gauge"},
     {"gaugelab.optim"},

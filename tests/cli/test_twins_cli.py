@@ -4,9 +4,9 @@ again; bad options are one-line errors that name the option."""
 import pytest
 from typer.testing import CliRunner
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli.app import app
 from gaugelab.errors import NonFiniteError
+from gaugelab.lazy import LazyModule
 
 runner = CliRunner()
 

@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._errors import (
     RESUME,
     RUNS_FAILED,
@@ -33,6 +32,7 @@ from gaugelab.cli._errors import (
 )
 from gaugelab.cli._tables import rich_table
 from gaugelab.errors import NonFiniteError, advice, disk_full
+from gaugelab.lazy import LazyModule
 from gaugelab.study.report.builder import Table
 
 _db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only when a study runs

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._errors import fail
+from gaugelab.lazy import LazyModule
 
 if TYPE_CHECKING:
     from gaugelab.study.store.db import RunRow, RunStore

@@ -16,7 +16,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import failure_line, print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import RUNS_FAILED, fail, guarded
@@ -30,6 +29,7 @@ from gaugelab.cli._options import (
     check_run_options,
     names,
 )
+from gaugelab.lazy import LazyModule
 
 _atlas = LazyModule("gaugelab.experiments.atlas.run")
 

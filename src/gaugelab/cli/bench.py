@@ -32,9 +32,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import wide_console
 from gaugelab.cli._errors import fail
+from gaugelab.lazy import LazyModule
 
 torch = LazyModule("torch")
 

@@ -8,11 +8,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import working
 from gaugelab.cli._defaults import GROUP_NAMES, PROBLEM_NAMES
 from gaugelab.cli._errors import OPTIMIZER_FAILED, fail, guarded
 from gaugelab.errors import NonFiniteError, OptimizerFailure
+from gaugelab.lazy import LazyModule
 
 console = Console()
 torch = LazyModule("torch")

@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
@@ -28,6 +27,7 @@ from gaugelab.cli._options import (
     check_run_options,
     comma_separated,
 )
+from gaugelab.lazy import LazyModule
 
 _intrinsic = LazyModule("gaugelab.experiments.intrinsic.run")
 

@@ -16,7 +16,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
@@ -30,6 +29,7 @@ from gaugelab.cli._options import (
     check_run_options,
     comma_separated,
 )
+from gaugelab.lazy import LazyModule
 
 _learn_forget = LazyModule("gaugelab.experiments.learn_forget.run")
 _lora = LazyModule("gaugelab.experiments.lora.run")

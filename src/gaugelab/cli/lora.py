@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli import lora_compare, lora_kernel, lora_twins
 from gaugelab.cli._console import (
     module_progress,
@@ -37,6 +36,7 @@ from gaugelab.cli._options import (
     nonempty_study,
 )
 from gaugelab.cli.bench import pinned_threads
+from gaugelab.lazy import LazyModule
 
 _lora = LazyModule("gaugelab.experiments.lora.run")
 _lora_inspect = LazyModule("gaugelab.experiments.lora.inspect")

@@ -15,12 +15,12 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import module_progress, wide_console
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._options import BaseCheckpoint, nonempty_study
 from gaugelab.cli._tables import rich_table
 from gaugelab.cli.bench import pinned_threads
+from gaugelab.lazy import LazyModule
 
 _lora_compare = LazyModule("gaugelab.experiments.lora_compare.run")
 _lora_compare_views = LazyModule("gaugelab.experiments.lora_compare.views")

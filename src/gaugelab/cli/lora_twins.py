@@ -14,11 +14,11 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import Address, Executor, Out, Store, Threads, Workers, check_run_options
+from gaugelab.lazy import LazyModule
 
 _lora_twins = LazyModule("gaugelab.experiments.lora_twins.run")
 

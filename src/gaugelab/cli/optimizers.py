@@ -6,8 +6,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._errors import guarded
+from gaugelab.lazy import LazyModule
 
 _equivariance_verdicts = LazyModule("gaugelab.equivariance.verdicts")
 _optim = LazyModule("gaugelab.optim")

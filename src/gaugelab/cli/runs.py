@@ -16,13 +16,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import failure_line, wide_console, working
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._run_labels import trains
 from gaugelab.cli._run_lookup import MIN_PREFIX, check_study, find_run, open_store
 from gaugelab.cli._tables import printable, rich_table
+from gaugelab.lazy import LazyModule
 from gaugelab.study.report.builder import Table as ReportTable
 from gaugelab.study.report.builder import new_report_dir
 

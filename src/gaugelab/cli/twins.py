@@ -13,11 +13,11 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, TWIN_OPTIMIZERS, TWIN_QUICK_STEPS
 from gaugelab.cli._errors import fail, guarded, is_validation_error
 from gaugelab.cli._options import check_memory
+from gaugelab.lazy import LazyModule
 
 _tasks_text = LazyModule("gaugelab.tasks.text")
 _twins = LazyModule("gaugelab.experiments.twins.run")

@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab._lazy import LazyModule
 from gaugelab.cli._console import count, print_outcome, run_with_bars, wide_console
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH
 from gaugelab.cli._errors import fail, guarded
@@ -27,6 +26,7 @@ from gaugelab.cli._options import (
     names,
     nonempty_study,
 )
+from gaugelab.lazy import LazyModule
 
 _sensing_dial = LazyModule("gaugelab.experiments.sensing.dial")
 _sensing_zoo = LazyModule("gaugelab.experiments.sensing.zoo")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 
 _integrate = LazyModule("scipy.integrate")
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 from gaugelab.models import Transformer
 from gaugelab.models.symmetry import GaugeElements, apply_gauge
 

@@ -35,7 +35,7 @@ Packages (files inside named by role: ``spec``, ``train``, ``results``, ``views`
   experiment (``gaugelab report``).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab.lazy import lazy_exports
 
 _EXPORTS = {
     "StudyOutcome": "gaugelab.study.experiment",

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import torch
 
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 
 __all__ = [
     "HF_EXTRA",

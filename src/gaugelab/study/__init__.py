@@ -18,7 +18,7 @@
   and the sealed test (opened once, after the release is frozen, every access logged).
 """
 
-from gaugelab._lazy import lazy_exports
+from gaugelab.lazy import lazy_exports
 
 _EXPORTS = {
     "Checkpoint": "checkpoint",

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 import gaugelab
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 
 torch = LazyModule("torch")
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pydantic
 
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 from gaugelab.study.report.builder import new_report_dir
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 import gaugelab
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 from gaugelab.study.environment import (
     Machine,
     current_environment,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 
 _sklearn_datasets = LazyModule("sklearn.datasets")
 

@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from gaugelab._lazy import LazyModule
 from gaugelab.adapters import Adapter
 from gaugelab.experiments.lora.ladder import (
     JointRow,
@@ -41,6 +40,7 @@ from gaugelab.experiments.lora.ladder import (
     ladder,
     mean_loss,
 )
+from gaugelab.lazy import LazyModule
 from gaugelab.models.hf import load_hf_model
 from gaugelab.tasks.token_windows import JSONL_FIELD, read_documents, token_windows, utf8_bytes
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from gaugelab._lazy import LazyModule
 from gaugelab.experiments.sensing.convex import CONVEX
 from gaugelab.experiments.sensing.problem import (
     COORDINATEWISE_CLASS,
@@ -24,6 +23,7 @@ from gaugelab.experiments.sensing.problem import (
     finite_mean,
 )
 from gaugelab.experiments.sensing.results import DialResult, ZooResult
+from gaugelab.lazy import LazyModule
 from gaugelab.study.report.figures import palette, plot_curves, plot_scatter, save_figure
 
 _mpl = LazyModule("matplotlib")

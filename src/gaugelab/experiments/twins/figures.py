@@ -18,7 +18,7 @@ from gaugelab.experiments.twins.results import TwinRow
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 from gaugelab.study.report import builder as rep
 
 _agg = LazyModule("matplotlib.backends.backend_agg")

@@ -15,6 +15,6 @@
 The public names of ``motion``, ``diagnostics`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_face
+from gaugelab.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(__name__, "motion", "diagnostics")

@@ -10,6 +10,6 @@
 The public names of ``factor_map`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_face
+from gaugelab.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(__name__, "factor_map")

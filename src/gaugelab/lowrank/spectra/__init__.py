@@ -15,7 +15,7 @@ The public names of ``ranks``, ``spectrum``, ``factored``, ``reconstruction``, `
 re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_face
+from gaugelab.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(
     __name__, "ranks", "spectrum", "factored", "reconstruction", "covariance"

@@ -12,6 +12,6 @@
 The public names of ``compare`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_face
+from gaugelab.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(__name__, "compare")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Any
 
-from gaugelab._lazy import LazyModule
+from gaugelab.lazy import LazyModule
 from gaugelab.study import runner
 from gaugelab.study.runner import Outcome, RunInterrupted, execute_run
 from gaugelab.study.store.db import RunStore

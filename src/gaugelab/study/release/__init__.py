@@ -47,6 +47,6 @@ The public names of ``design``, ``selection``, ``sealed`` and ``study_manifest``
 here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_face
+from gaugelab.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(__name__, "design", "selection", "sealed", "study_manifest")

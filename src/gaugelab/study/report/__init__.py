@@ -11,6 +11,6 @@ study report.
 The public names of ``builder`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_face
+from gaugelab.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(__name__, "builder")

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gaugelab._lazy import LazyModule
 from gaugelab.errors import naming
+from gaugelab.lazy import LazyModule
 
 np = LazyModule("numpy")
 _mpl = LazyModule("matplotlib")

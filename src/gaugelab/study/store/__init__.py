@@ -19,6 +19,6 @@ reader of results.
 The public names of ``db``, ``results`` are re-exported here (imported on first use).
 """
 
-from gaugelab._lazy import lazy_face
+from gaugelab.lazy import lazy_face
 
 __getattr__, __dir__ = lazy_face(__name__, "db", "results")
