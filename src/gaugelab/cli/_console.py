@@ -30,6 +30,7 @@ from gaugelab.cli._errors import (
     fail,
     interrupted,
 )
+from gaugelab.cli._options import RunOptions
 from gaugelab.cli._tables import rich_table
 from gaugelab.errors import NonFiniteError, advice, disk_full
 from gaugelab.lazy import LazyModule
@@ -39,6 +40,7 @@ _db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only whe
 
 if TYPE_CHECKING:
     from gaugelab.study.experiment import StudyOutcome
+    from gaugelab.study.sweep import Sweep
 
 PROGRESS_INTERVAL = 5.0
 """Seconds between two progress lines when stdout is not a terminal."""
@@ -309,6 +311,29 @@ def run_with_bars(
             f"{where}: no space left on the device; the runs completed so far are kept in the "
             f"store {store}: once there is space, {RESUME}"
         ) from None
+
+
+def run_study(
+    console: Console,
+    header: str,
+    description: str,
+    run: Callable[..., StudyOutcome],
+    *args: Any,
+    sweep: Sweep,
+    options: RunOptions,
+    **extra: Any,
+) -> StudyOutcome:
+    """A study command's one library call: :func:`run_with_bars` of ``run(*args, sweep=sweep,
+    **extra)`` with the run options, the header ending with the store.
+
+    ``OMP_NUM_THREADS`` defaults to ``--threads`` first: torch reads it in the worker
+    processes.
+    """
+    os.environ.setdefault("OMP_NUM_THREADS", str(options.threads))
+    return run_with_bars(
+        console, f"{header}; store {options.store}", description, run, *args, sweep=sweep,
+        study_name=sweep.study, **options.how(), **extra,
+    )  # fmt: skip
 
 
 def print_outcome(

@@ -1,17 +1,20 @@
-"""What every study command shares: the run options' declarations (``--executor``,
-``--max-workers``, ``--address``, ``--threads``, ``--store``, ``--out``, the LoRA tools'
-``--base``) and the parsing of
-comma-separated numbers and names."""
+"""What every study command shares: the run options (``--executor``, ``--max-workers``,
+``--address``, ``--threads``, ``--store``, ``--out``) as one :class:`RunOptions`, the LoRA tools'
+``--base``, and the parsing of comma-separated numbers and names."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from gaugelab.cli._defaults import EXECUTORS
+from gaugelab.cli._defaults import DEFAULT_STORE_PATH, EXECUTORS
 from gaugelab.cli._errors import fail
 
 Store = Annotated[Path, typer.Option("--store", help="Run store file.")]
@@ -23,7 +26,11 @@ Workers = Annotated[
     ),
 ]
 Threads = Annotated[
-    int, typer.Option(help="Torch threads per run process (1 is fastest for these small models).")
+    int,
+    typer.Option(
+        help="Torch threads per run process (1 is fastest for these small models; use "
+        "--max-workers for more cores)."
+    ),
 ]
 Executor = Annotated[
     str, typer.Option(help="local (worker processes on this machine) or ray (needs gaugelab[ray]).")
@@ -42,6 +49,66 @@ Address = Annotated[
     str | None,
     typer.Option(help="Ray cluster address (with --executor ray; default: a local Ray)."),
 ]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a study command runs its study: the six options every study command takes.
+
+    Attributes:
+        executor: ``local`` or ``ray``.
+        max_workers: runs at once (>= 1).
+        address: the Ray cluster's address, or ``None``.
+        threads: torch threads per run process (>= 1).
+        store: the run store file.
+        out: the report folder, or ``None`` (a new one in the store's folder).
+    """
+
+    executor: str = "local"
+    max_workers: int = 1
+    address: str | None = None
+    threads: int = 1
+    store: Path = DEFAULT_STORE_PATH
+    out: Path | None = None
+
+    def check(self, dtype: str | None = None) -> None:
+        """:func:`check_run_options` of these options (and of ``--dtype`` when given)."""
+        check_run_options(self.executor, self.max_workers, self.threads, dtype)
+
+    def how(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`gaugelab.study.experiment.run_experiment`."""
+        how = asdict(self)
+        how["report_dir"] = how.pop("out")
+        return how
+
+
+_RUN_OPTIONS = [
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+    for name, kind, default in (
+        ("executor", Executor, "local"), ("max_workers", Workers, 1), ("address", Address, None),
+        ("threads", Threads, 1), ("store", Store, DEFAULT_STORE_PATH), ("out", Out, None),
+    )
+]  # fmt: skip
+
+
+def study_command(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with the six run options added after its own options.
+
+    Typer reads the options from the returned function's signature: ``command``'s own, then
+    ``--executor``, ``--max-workers``, ``--address``, ``--threads``, ``--store``, ``--out``.
+    ``command`` receives them as one keyword argument, ``run_options`` (a :class:`RunOptions`),
+    which its signature declares last.
+    """
+    own = inspect.signature(command, eval_str=True)
+    kept = [p for name, p in own.parameters.items() if name != "run_options"]
+
+    @functools.wraps(command)
+    def with_run_options(**options: Any) -> Any:
+        run = RunOptions(**{p.name: options.pop(p.name) for p in _RUN_OPTIONS})
+        return command(**options, run_options=run)
+
+    with_run_options.__signature__ = own.replace(parameters=kept + _RUN_OPTIONS)  # type: ignore[attr-defined]
+    return with_run_options
 
 
 def nonempty_study(value: str | None) -> str | None:

@@ -16,18 +16,12 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gaugelab.cli._console import failure_line, print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._console import failure_line, print_outcome, run_study, wide_console
 from gaugelab.cli._errors import RUNS_FAILED, fail, guarded
 from gaugelab.cli._options import (
-    Address,
-    Executor,
-    Out,
-    Store,
-    Threads,
-    Workers,
-    check_run_options,
+    RunOptions,
     names,
+    study_command,
 )
 from gaugelab.lazy import LazyModule
 
@@ -50,6 +44,7 @@ def _listed(text: str, option: str) -> tuple[str, ...]:
     return values
 
 
+@study_command
 def atlas(
     source: Annotated[
         str,
@@ -77,18 +72,14 @@ def atlas(
         float,
         typer.Option(help="Seconds one check may take; over it the check is recorded as timeout."),
     ] = 300.0,
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    address: Address = None,
-    threads: Threads = 1,
-    store: Store = DEFAULT_STORE_PATH,
-    out: Out = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the atlas as JSON (no tables).")
     ] = False,
     as_markdown: Annotated[
         bool, typer.Option("--markdown", help="Print the atlas as a Markdown table (no tables).")
     ] = False,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """Certify every optimizer a module exports: one gaugelab check per group × problem.
 
@@ -108,7 +99,7 @@ def atlas(
         wide = not sys.stderr.isatty() and "COLUMNS" not in os.environ
         console = Console(stderr=True, width=200 if wide else None)
     try:
-        check_run_options(executor, max_workers, threads, dtype)
+        run_options.check(dtype)
         sources = _listed(source, "--source")
         chosen = _listed(only, "--only") if only is not None else ()
         spec = _atlas.atlas_spec(
@@ -119,19 +110,15 @@ def atlas(
         sweep = _atlas.plan(spec)
     except ValueError as exc:
         raise fail(exc, OPTIONS) from None
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     total = len(spec.optimizers) * len(spec.groups) * len(spec.problems)
     header = (
         f"atlas of {', '.join(sources)}: {len(spec.optimizers)} optimizers × groups "
         f"{', '.join(spec.groups)} × problems {', '.join(spec.problems)} = {total} checks "
-        f"({spec.steps} steps, {spec.draws} draws, {spec.dtype}, --timeout {spec.timeout:g} s); "
-        f"store {store}"
+        f"({spec.steps} steps, {spec.draws} draws, {spec.dtype}, --timeout {spec.timeout:g} s)"
     )
-    outcome = run_with_bars(
-        console, header, "atlas checks", _atlas.run_atlas, spec, store=store, executor=executor,
-        max_workers=max_workers, threads=threads, address=address, report_dir=out, sweep=sweep,
-        study_name=sweep.study,
-    )  # fmt: skip
+    outcome = run_study(
+        console, header, "atlas checks", _atlas.run_atlas, spec, sweep=sweep, options=run_options
+    )
     result = outcome.result
     if not (as_json or as_markdown):
         notes = [Text(line) for line in _atlas.notes(result)]

@@ -8,25 +8,14 @@ returns. Heavy imports (torch, the experiments) happen inside the command functi
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._console import print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import (
-    Address,
-    Executor,
-    Out,
-    Store,
-    Threads,
-    Workers,
-    check_run_options,
-    comma_separated,
-)
+from gaugelab.cli._options import RunOptions, comma_separated, study_command
 from gaugelab.lazy import LazyModule
 
 _intrinsic = LazyModule("gaugelab.experiments.intrinsic.run")
@@ -53,6 +42,7 @@ OPTIONS = {
 """IntrinsicSpec fields → the command's options (for its error messages)."""
 
 
+@study_command
 def intrinsic_dim(
     problem: Annotated[
         str,
@@ -121,12 +111,8 @@ def intrinsic_dim(
     ] = "median",
     quick: Annotated[bool, typer.Option(help="A tiny MLP, two d, two seeds: seconds.")] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    address: Address = None,
-    threads: Threads = 1,
-    store: Store = DEFAULT_STORE_PATH,
-    out: Out = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """Estimate d90: the smallest tested d whose subspace-trained score reaches the threshold.
 
@@ -144,7 +130,7 @@ def intrinsic_dim(
     """
     console = wide_console()
     try:
-        check_run_options(executor, max_workers, threads)
+        run_options.check()
         fields: dict = dict(
             problem=problem,
             method=method,
@@ -172,27 +158,16 @@ def intrinsic_dim(
         total = len(sweep.specs())
     except ValueError as exc:
         raise fail(exc, OPTIONS) from None
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     header = (
         f"{spec.method.upper()} on {_intrinsic.PROBLEM_LABELS[spec.problem]}, "
         f"{spec.family} projection "
         f"({spec.normalization}): {total} runs (full reference × {len(spec.full_lrs)}, d in "
         f"{list(spec.dims)} × seeds {list(spec.seeds)} × lrs {list(spec.lrs)}), {spec.steps} "
-        f"steps each; store {store}"
+        f"steps each"
     )
-    outcome = run_with_bars(
-        console,
-        header,
-        "intrinsic-dim runs",
-        _intrinsic.run_intrinsic_dim,
-        spec,
-        store=store,
-        executor=executor,
-        max_workers=max_workers,
-        threads=threads,
-        address=address,
-        report_dir=out,
-        sweep=sweep, study_name=sweep.study,
+    outcome = run_study(
+        console, header, "intrinsic-dim runs", _intrinsic.run_intrinsic_dim, spec, sweep=sweep,
+        options=run_options,
     )
     result = outcome.result
     notes = [Text(n) for n in result.notes]

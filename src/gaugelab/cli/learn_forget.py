@@ -9,25 +9,18 @@ imports happen inside the command function, so that ``gaugelab --help`` stays fa
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._console import print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
-    Address,
-    Executor,
-    Out,
-    Store,
-    Threads,
-    Workers,
-    check_run_options,
+    RunOptions,
     comma_separated,
+    study_command,
 )
 from gaugelab.lazy import LazyModule
 
@@ -56,6 +49,7 @@ OPTIONS = {
 """LearnForgetSpec fields → the command's options (for its error messages)."""
 
 
+@study_command
 def learn_forget(
     ranks: Annotated[
         str | None,
@@ -117,12 +111,8 @@ def learn_forget(
         bool, typer.Option(help="The quick model and schedule, ranks 1 and 4: seconds.")
     ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    address: Address = None,
-    threads: Threads = 1,
-    store: Store = DEFAULT_STORE_PATH,
-    out: Out = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """Does LoRA learn less and forget less than full fine-tuning here, and which rank?
 
@@ -140,7 +130,7 @@ def learn_forget(
     """
     console = wide_console()
     try:
-        check_run_options(executor, max_workers, threads, dtype)
+        run_options.check(dtype)
         base = _learn_forget.quick_spec() if quick else _learn_forget.LearnForgetSpec()
         template = base.finetune.spec_dict()
         template["full"] = full
@@ -177,29 +167,17 @@ def learn_forget(
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     ft = spec.finetune
     header = (
         f"pretrain ({ft.pretrain.n_layers} layers, d_model {ft.pretrain.d_model}) + {total} "
         f"cell(s): {', '.join(spec.candidate_ids())} × block(s) {', '.join(spec.blocks())}, "
         f"seeds {list(ft.seeds)}, {ft.steps} steps, checkpoints "
-        f"{list(spec.checkpoint_steps())}; store {store}"
+        f"{list(spec.checkpoint_steps())}"
     )
-
     try:
-        outcome = run_with_bars(
-            console,
-            header,
-            "learn-forget cells",
-            _learn_forget.run_learn_forget,
-            spec,
-            store=store,
-            executor=executor,
-            max_workers=max_workers,
-            threads=threads,
-            address=address,
-            report_dir=out,
-            sweep=sweep, study_name=sweep.study,
+        outcome = run_study(
+            console, header, "learn-forget cells", _learn_forget.run_learn_forget, spec,
+            sweep=sweep, options=run_options,
         )
     except (
         _study_release_sealed.SealedTestError

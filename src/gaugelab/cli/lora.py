@@ -7,7 +7,6 @@ candidate, collect, report) and renders what it returns. ``inspect`` calls
 study or a run identity, and renders its tables.
 """
 
-import os
 from typing import Annotated
 
 import typer
@@ -18,22 +17,19 @@ from gaugelab.cli._console import (
     module_progress,
     print_outcome,
     rich_table,
-    run_with_bars,
+    run_study,
     wide_console,
 )
 from gaugelab.cli._defaults import DEFAULT_STORE_PATH, FULL_LR, LORA_LR
 from gaugelab.cli._errors import check_location, fail, guarded
 from gaugelab.cli._options import (
-    Address,
     BaseCheckpoint,
-    Executor,
     Out,
+    RunOptions,
     Store,
-    Threads,
-    Workers,
-    check_run_options,
     comma_separated,
     nonempty_study,
+    study_command,
 )
 from gaugelab.cli.bench import pinned_threads
 from gaugelab.lazy import LazyModule
@@ -64,6 +60,7 @@ lora_app = typer.Typer(
 )
 
 
+@study_command
 def finetune(
     ranks: Annotated[str, typer.Option(help="LoRA ranks, one candidate each.")] = "1,4,16",
     full: Annotated[bool, typer.Option(help="Include full fine-tuning.")] = True,
@@ -93,10 +90,6 @@ def finetune(
         bool, typer.Option(help="A 2-layer, d_model 32 model and a few steps: seconds.")
     ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    address: Address = None,
-    threads: Threads = 1,
     diagnostics_every: Annotated[
         int | None,
         typer.Option(
@@ -105,8 +98,8 @@ def finetune(
             "(diag/… metrics in the store). Off by default."
         ),
     ] = None,
-    store: Store = DEFAULT_STORE_PATH,
-    out: Out = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """Pretrain a character Transformer on tiny-shakespeare, then fine-tune it on Python.
 
@@ -119,7 +112,7 @@ def finetune(
     """
     console = wide_console()
     try:
-        check_run_options(executor, max_workers, threads, dtype)
+        run_options.check(dtype)
         for option, value in (("--steps", steps), ("--pretrain-steps", pretrain_steps)):
             if value is not None and value < 1:
                 raise ValueError(f"{option} {value}; allowed: an integer >= 1")
@@ -142,22 +135,21 @@ def finetune(
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     p = spec.pretrain
     header = (
         f"pretrain ({p.n_layers} layers, d_model {p.d_model}, {p.steps} steps) + {total} "
         f"candidate(s) ({', '.join(spec.candidates())}) × seeds {list(spec.seeds)}, "
-        f"{spec.steps} steps each, {p.dtype}; store {store}"
+        f"{spec.steps} steps each, {p.dtype}"
     )
-    outcome = run_with_bars(
-        console, header, "lora runs", _lora.run_lora_finetune, spec, store=store, executor=executor,
-        max_workers=max_workers, threads=threads, address=address, report_dir=out,
-        sweep=sweep, study_name=sweep.study,
-    )  # fmt: skip
+    outcome = run_study(
+        console, header, "lora runs", _lora.run_lora_finetune, spec, sweep=sweep,
+        options=run_options,
+    )
     result = outcome.result
     lines = [Text(f"{c.label}: run {c.state.identity[:12]}") for c in result.completed]
     print_outcome(console, outcome, _lora.tables(result), notes=lines, label_columns=1)
     if result.candidates:
+        store = run_options.store
         where = "" if store == DEFAULT_STORE_PATH else f" --store {store}"
         last = result.candidates[-1].label
         console.print(Text(f"inspect a candidate: gaugelab lora inspect {last!r}{where}"))

@@ -8,24 +8,17 @@ returns. Heavy imports (torch, the experiments) happen inside the command functi
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._console import print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
-    Address,
-    Executor,
-    Out,
-    Store,
-    Threads,
-    Workers,
-    check_run_options,
+    RunOptions,
     comma_separated,
+    study_command,
 )
 from gaugelab.lazy import LazyModule
 
@@ -44,6 +37,7 @@ OPTIONS = {
 """KernelSpec fields → the options of ``gaugelab lora kernel`` (for its error messages)."""
 
 
+@study_command
 def kernel(
     optimizers: Annotated[
         str, typer.Option(help="Optimizers, one run each: gd (plain SGD), adam.")
@@ -74,12 +68,8 @@ def kernel(
         bool, typer.Option(help="The quick pretrain (2 layers, d_model 32) and 6 steps: seconds.")
     ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    address: Address = None,
-    threads: Threads = 1,
-    store: Store = DEFAULT_STORE_PATH,
-    out: Out = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """Is LoRA fine-tuning in the kernel regime? Three matched paths, measured.
 
@@ -97,7 +87,7 @@ def kernel(
     """
     console = wide_console()
     try:
-        check_run_options(executor, max_workers, threads, dtype)
+        run_options.check(dtype)
         names = tuple(x.strip() for x in optimizers.split(",") if x.strip())
         if (
             not names
@@ -124,20 +114,17 @@ def kernel(
         sweep = _lora_kernel.plan(spec)
     except ValueError as exc:
         raise fail(exc, OPTIONS) from None
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     p = spec.pretrain
     header = (
         f"pretrain ({p.n_layers} layers, d_model {p.d_model}, {p.steps} steps) + "
         f"{len(spec.optimizers)} run(s) ({', '.join(spec.optimizers)}) × paths "
         f"{', '.join(spec.paths())}, r = {spec.rank}, {spec.steps} steps, checkpoints "
-        f"{list(spec.checkpoints)}, Q = {spec.probes}; store {store}"
+        f"{list(spec.checkpoints)}, Q = {spec.probes}"
     )
-    outcome = run_with_bars(
-        console, header, "kernel runs", _lora_kernel.run_lora_kernel, spec, store=store,
-        executor=executor, max_workers=max_workers, threads=threads, address=address,
-        report_dir=out,
-        sweep=sweep, study_name=sweep.study,
-    )  # fmt: skip
+    outcome = run_study(
+        console, header, "kernel runs", _lora_kernel.run_lora_kernel, spec, sweep=sweep,
+        options=run_options,
+    )
 
     lines = [Text(line) for line in _lora_kernel.notes(outcome.result)]
     print_outcome(

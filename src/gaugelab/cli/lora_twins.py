@@ -8,16 +8,14 @@ experiments) happen inside the command function, so that ``gaugelab --help`` sta
 
 from __future__ import annotations
 
-import os
 from typing import Annotated
 
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._console import print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import Address, Executor, Out, Store, Threads, Workers, check_run_options
+from gaugelab.cli._options import RunOptions, study_command
 from gaugelab.lazy import LazyModule
 
 _lora_twins = LazyModule("gaugelab.experiments.lora_twins.run")
@@ -45,6 +43,7 @@ def _damping(text: str) -> float | str:
         raise ValueError(f"--damping {text!r}; allowed: auto or a number >= 0") from None
 
 
+@study_command
 def twins(
     optimizers: Annotated[
         str,
@@ -76,12 +75,8 @@ def twins(
         typer.Option(help="The quick pretrain (2 layers, d_model 32) and a few steps: seconds."),
     ] = False,
     dtype: Annotated[str, typer.Option(help="float32 (the protocol) or float64.")] = "float32",
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    address: Address = None,
-    threads: Threads = 1,
-    store: Store = DEFAULT_STORE_PATH,
-    out: Out = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """Gauge twins of a LoRA adapter: does the optimizer see the adapter's factor basis?
 
@@ -103,7 +98,7 @@ def twins(
                 f"--optimizers {optimizers!r}; allowed: distinct names of "
                 f"{', '.join(LORA_TWIN_OPTIMIZERS)}"
             )
-        check_run_options(executor, max_workers, threads, dtype)
+        run_options.check(dtype)
 
         fields: dict = dict(rank=rank, scalar=scalar, damping=_damping(damping), lr=lr,
                             noise_scale=noise_scale)  # fmt: skip
@@ -129,18 +124,16 @@ def twins(
     except (ValueError, FileNotFoundError) as exc:
         raise fail(exc, OPTIONS) from None
 
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     p = spec.pretrain
     header = (
         f"pretrain ({p.n_layers} layers, d_model {p.d_model}, {p.steps} steps) + {total} twin "
         f"run(s) ({', '.join(names)}): rank {spec.rank}, {spec.warmup_steps} warm-up + "
-        f"{spec.steps} twin steps, {p.dtype}; store {store}"
+        f"{spec.steps} twin steps, {p.dtype}"
     )
-    outcome = run_with_bars(
-        console, header, "lora twin runs", _lora_twins.run_lora_twins, spec, names, store=store,
-        executor=executor, max_workers=max_workers, threads=threads, address=address,
-        report_dir=out, sweep=sweep, study_name=sweep.study,
-    )  # fmt: skip
+    outcome = run_study(
+        console, header, "lora twin runs", _lora_twins.run_lora_twins, spec, names, sweep=sweep,
+        options=run_options,
+    )
     lines = []
     for row in outcome.result.completed:
         for twin, (verdict, why) in row.verdicts.items():

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH, TWIN_OPTIMIZERS, TWIN_QUICK_STEPS
+from gaugelab.cli._console import print_outcome, run_study, wide_console
+from gaugelab.cli._defaults import TWIN_OPTIMIZERS, TWIN_QUICK_STEPS
 from gaugelab.cli._errors import fail, guarded, is_validation_error
-from gaugelab.cli._options import check_memory
+from gaugelab.cli._options import RunOptions, check_memory, study_command
 from gaugelab.lazy import LazyModule
 
 _tasks_text = LazyModule("gaugelab.tasks.text")
@@ -69,6 +69,7 @@ def _model_clause(base: Any) -> str:
     return f", {hf.model_type} from {hf.path} ({weights}, {hf.tokens})"
 
 
+@study_command
 def twins(
     optimizers: Annotated[
         str,
@@ -94,13 +95,6 @@ def twins(
             "of the run identity."
         ),
     ] = "reference",
-    executor: Annotated[str, typer.Option(help="local (processes) or ray.")] = "local",
-    max_workers: Annotated[
-        int, typer.Option(help="Runs at once (each with --threads threads).")
-    ] = 1,
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (with --executor ray).")
-    ] = None,
     task: Annotated[str, typer.Option(help="modular (mod-47 addition) or text.")] = "modular",
     text: Annotated[
         Path | None,
@@ -119,13 +113,6 @@ def twins(
         ),
     ] = None,
     block_size: Annotated[int, typer.Option(help="Tokens per training window with --model.")] = 64,
-    threads: Annotated[
-        int,
-        typer.Option(
-            help="Torch threads per run (the model is small: one thread is fastest on a shared "
-            "machine; use --max-workers for more cores). OMP_NUM_THREADS, if set, wins."
-        ),
-    ] = 1,
     compile: Annotated[
         bool,
         typer.Option(
@@ -142,10 +129,8 @@ def twins(
             "base, twin, aligned and unaligned averages."
         ),
     ] = False,
-    store: Annotated[Path, typer.Option(help="Run store.")] = DEFAULT_STORE_PATH,
-    out: Annotated[
-        Path | None, typer.Option(help="Report folder (default: in the store's).")
-    ] = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """Train each optimizer's base model with its gauge, identity and noise twins.
 
@@ -158,12 +143,9 @@ def twins(
     console = wide_console()
     names = [o.strip() for o in optimizers.split(",") if o.strip()]
     try:
-        if executor not in ("local", "ray"):
-            raise ValueError(f"--executor {executor!r}; allowed: local, ray")
-        for option, value in (("--max-workers", max_workers), ("--threads", threads),
-                              ("--pairs", pairs)):  # fmt: skip
-            if value < 1:
-                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
+        run_options.check()
+        if pairs < 1:
+            raise ValueError(f"--pairs {pairs}; allowed: an integer >= 1")
         if len(set(names)) != len(names):
             raise ValueError(f"--optimizers {optimizers!r} repeats a rule")
         if task not in ("modular", "text"):
@@ -224,16 +206,14 @@ def twins(
         total = len(sweep.specs())
     except (ValueError, FileNotFoundError, ImportError) as exc:
         raise fail(exc, OPTIONS) from None
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # read by torch in the workers
     header = (
         f"{total} twin run(s) ({', '.join(names)} × {pairs} pair(s)), {base.steps} step(s) each, "
         f"{base.dtype}, {base.gauge_draw} gauge draw{', compiled' if base.compile else ''}"
-        f"{_model_clause(base)}; store {store}"
+        f"{_model_clause(base)}"
     )
-    outcome = run_with_bars(
+    outcome = run_study(
         console, header, "twin runs", run_twins_study, names, base=base, pairs=pairs, merge=merge,
-        store=store, executor=executor, max_workers=max_workers, threads=threads,
-        address=address, report_dir=out, sweep=sweep, study_name=sweep.study,
+        sweep=sweep, options=run_options,
     )  # fmt: skip
     verdicts = [
         Text.assemble((rule, "bold"), f": {rest}")

@@ -10,21 +10,15 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from gaugelab.cli._console import count, print_outcome, run_with_bars, wide_console
-from gaugelab.cli._defaults import DEFAULT_STORE_PATH
+from gaugelab.cli._console import count, print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
-    Address,
-    Executor,
-    Out,
-    Store,
-    Threads,
-    Workers,
+    RunOptions,
     check_memory,
-    check_run_options,
     comma_separated,
     names,
     nonempty_study,
+    study_command,
 )
 from gaugelab.lazy import LazyModule
 
@@ -87,6 +81,7 @@ Dtype = Annotated[str, typer.Option(help="float32 (the reference) or float64.")]
 Quick = Annotated[bool, typer.Option(help=f"{QUICK_STEPS} steps, seed 42 only: a first look.")]
 
 
+@study_command
 def zoo(
     size: Annotated[
         int, typer.Option("--size", help="Matrix size n (60 with --rank 5: the size check).")
@@ -125,17 +120,13 @@ def zoo(
     ] = True,
     dtype: Dtype = "float32",
     quick: Quick = False,
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    threads: Threads = 1,
-    address: Address = None,
-    store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
         str | None, typer.Option(
             callback=nonempty_study, help="Study name (default: zoo-HASH, HASH from the spec)."
         )
     ] = None,
-    out: Out = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """The matrix-sensing optimizer zoo (docs/protocols.md §3): every rule, seeds × learning
     rates as one ensemble per rule, the protocol's rate selection, the table and the split
@@ -166,12 +157,12 @@ def zoo(
         if decayed is not None:
             fields["decayed"] = names(decayed)
         specs = [_sensing_zoo.ZooSpec(**fields, tail=t) for t in (tail or [0.0])]
-        if len(specs) > 1 and (study is not None or out is not None):
+        if len(specs) > 1 and (study is not None or run_options.out is not None):
             raise ValueError(
                 f"--study/--out name one study; {len(specs)} --tail values make {len(specs)} "
                 "studies (each named from its spec, each with its own report folder)"
             )
-        check_run_options(executor, max_workers, threads)
+        run_options.check()
         for spec in specs:
             check_memory(spec.memory_estimate(), _size_options(spec))
     except ValueError as exc:
@@ -187,13 +178,12 @@ def zoo(
         header = (
             f"zoo: {count(len(spec.rules), 'rule')} × {count(len(spec.seeds), 'seed')}, "
             f"{spec.steps} steps, "
-            f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}; store {store}"
+            f"n = {spec.n}, r* = {spec.rank}, τ = {spec.tail:g}, {spec.dtype}"
         )
-        outcome = run_with_bars(
-            console, header, "rule runs", _sensing_zoo.run_zoo, spec, store=store, study=study,
-            executor=executor, max_workers=max_workers, threads=threads, address=address,
-            report_dir=out, sweep=sweep, study_name=sweep.study,
-        )  # fmt: skip
+        outcome = run_study(
+            console, header, "rule runs", _sensing_zoo.run_zoo, spec, sweep=sweep,
+            options=run_options, study=study,
+        )
         split = outcome.result.split
         print_outcome(console, outcome, _sensing_zoo.tables(outcome.result), label_columns=1)
         if split is not None:
@@ -203,6 +193,7 @@ def zoo(
         console.print("This was the quick look; the full protocol is `gaugelab zoo`.")
 
 
+@study_command
 def dial(
     ps: Annotated[
         str | None, typer.Option("--ps", help="Comma-separated p (default 1,0.75,0.5,0.25,0).")
@@ -224,17 +215,13 @@ def dial(
     gd: Annotated[bool, typer.Option(help="Train gd for the reference line.")] = True,
     dtype: Dtype = "float32",
     quick: Quick = False,
-    executor: Executor = "local",
-    max_workers: Workers = 1,
-    threads: Threads = 1,
-    address: Address = None,
-    store: Store = DEFAULT_STORE_PATH,
     study: Annotated[
         str | None, typer.Option(
             callback=nonempty_study, help="Study name (default: dial-HASH, HASH from the spec)."
         )
     ] = None,
-    out: Out = None,
+    *,
+    run_options: RunOptions,
 ) -> None:
     """The Adam-p dial (docs/protocols.md §4): recovery error and effective rank as Adam's
     denominator is pooled toward one scalar, with the per-p rate arm and the fixed-rate arm.
@@ -257,7 +244,7 @@ def dial(
             dtype=dtype,
             **_budget(steps, seeds, quick, base),
         )
-        check_run_options(executor, max_workers, threads)
+        run_options.check()
         check_memory(spec.memory_estimate(), _size_options(spec))
     except ValueError as exc:
         raise fail(exc, DIAL_OPTIONS) from None
@@ -265,13 +252,12 @@ def dial(
     header = (
         f"dial: p ∈ {list(spec.ps)} × {count(len(spec.lrs), 'rate')} × "
         f"{count(len(spec.seeds), 'seed')}, "
-        f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}; store {store}"
+        f"{spec.steps} steps, {spec.mean} mean, {spec.dtype}"
     )
-    outcome = run_with_bars(
-        console, header, "dial runs", _sensing_dial.run_dial, spec, store=store, study=study,
-        executor=executor, max_workers=max_workers, threads=threads, address=address,
-        report_dir=out, sweep=sweep, study_name=sweep.study,
-    )  # fmt: skip
+    outcome = run_study(
+        console, header, "dial runs", _sensing_dial.run_dial, spec, sweep=sweep,
+        options=run_options, study=study,
+    )
     print_outcome(console, outcome, _sensing_dial.tables(outcome.result), label_columns=1)
     if quick:
         console.print("This was the quick look; the full protocol is `gaugelab dial`.")
