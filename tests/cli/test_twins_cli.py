@@ -221,6 +221,12 @@ def test_a_hugging_face_model_runs_the_same_table_and_verdicts(tmp_path):
 
 
 def test_model_refusals_are_one_line(tmp_path, monkeypatch):
+    task = invoke("--model", tmp_path / "nowhere", "--task", "text")
+    assert task.exit_code == 2
+    assert task.output.strip() == (
+        "error: --task text is not read with --model (the model's twins train on the packaged "
+        "tiny-shakespeare through its tokenizer, or bytes)"
+    )
     missing = invoke("--model", tmp_path / "nowhere")
     assert missing.exit_code == 2
     assert (

@@ -164,6 +164,11 @@ def twins(
                 f"--optimizers {', '.join(unknown)}; allowed: {', '.join(_twins.twin_optimizers())}"
             )
         if model is not None:
+            if task != "modular":
+                raise ValueError(
+                    f"--task {task} is not read with --model (the model's twins train on the "
+                    "packaged tiny-shakespeare through its tokenizer, or bytes)"
+                )
             if text is not None:
                 raise ValueError(
                     f"--text {text} is not read with --model (the packaged "
