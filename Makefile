@@ -18,9 +18,9 @@ $(VENV)/.torch: $(BIN)/python
 install: $(VENV)/.torch
 	$(BIN)/pip install --quiet -e .
 
-# pip runs again only when pyproject.toml changes (the install is editable: src needs none).
-$(VENV)/.installed-test: $(VENV)/.torch pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test,ray,convex]'
+# pip runs again only when pyproject.toml or this file changes (the install is editable: src needs none).
+$(VENV)/.installed-test: $(VENV)/.torch pyproject.toml Makefile
+	$(BIN)/pip install --quiet -e '.[test,ray,convex,atlas]'
 	touch $@
 
 install-test: $(VENV)/.installed-test browser compiler
