@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
+from gaugelab.linalg.checks import check_matrix
 
-def _check_factor(X: object, func: str, arg: str) -> torch.Tensor:
-    if not isinstance(X, torch.Tensor):
-        raise TypeError(f"{func}: {arg} must be a torch.Tensor, got {type(X).__name__}")
-    if X.ndim < 2:
-        raise ValueError(
-            f"{func}: {arg} must have shape [..., d, k] (at least 2 dimensions), "
-            f"got shape {tuple(X.shape)}"
-        )
-    if not X.is_floating_point():
-        raise ValueError(f"{func}: {arg} must have a real floating dtype, got {X.dtype}")
-    return X
+_check_factor = partial(check_matrix, shape="[..., d, k]", name_dtypes=False)
 
 
 def _check_batch(func: str, **tensors: torch.Tensor) -> None:

@@ -7,20 +7,23 @@ from collections.abc import Sequence
 import torch
 
 
-def check_matrix(X: object, func: str, arg: str) -> torch.Tensor:
-    """Raise unless ``X`` is a real floating tensor with at least two dimensions."""
+def check_matrix(
+    X: object, func: str, arg: str, *, shape: str = "[..., m, n]", name_dtypes: bool = True
+) -> torch.Tensor:
+    """Raise unless ``X`` is a real floating tensor with at least two dimensions.
+
+    ``shape`` is the shape the message states; ``name_dtypes`` lists the floating dtypes in it.
+    """
     if not isinstance(X, torch.Tensor):
         raise TypeError(f"{func}: {arg} must be a torch.Tensor, got {type(X).__name__}")
     if X.ndim < 2:
         raise ValueError(
-            f"{func}: {arg} must have shape [..., m, n] (at least 2 dimensions), "
+            f"{func}: {arg} must have shape {shape} (at least 2 dimensions), "
             f"got shape {tuple(X.shape)}"
         )
     if not X.is_floating_point():
-        raise ValueError(
-            f"{func}: {arg} must have a real floating dtype (float16, bfloat16, float32, "
-            f"float64), got {X.dtype}"
-        )
+        named = " (float16, bfloat16, float32, float64)" if name_dtypes else ""
+        raise ValueError(f"{func}: {arg} must have a real floating dtype{named}, got {X.dtype}")
     return X
 
 
