@@ -26,7 +26,7 @@ from gaugelab.lowrank.intrinsic.projections import (
     Projection,
     ProjectionIdentity,
     _float_dtype,
-    _generator,
+    _random_map,
     check_dims,
 )
 
@@ -69,9 +69,7 @@ class FastfoodProjection(Projection):
         normalization: str = "1/p",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        D, d = check_dims("FastfoodProjection", ambient_dim, subspace_dim)
-        gen = _generator(seed, "FastfoodProjection")
-        _float_dtype(dtype, "FastfoodProjection")
+        D, d, gen = _random_map("FastfoodProjection", ambient_dim, subspace_dim, seed, dtype)
         p = fastfood_width(d)
         nb = math.ceil(D / p)
         signs = torch.randint(0, 2, (nb, p), generator=gen, dtype=torch.int8) * 2 - 1

@@ -148,10 +148,15 @@ class Projection(abc.ABC):
         """The tensors that define the map."""
 
 
-def _generator(seed: Any, where: str) -> torch.Generator:
+def _random_map(
+    where: str, D: Any, d: Any, seed: Any, dtype: Any
+) -> tuple[int, int, torch.Generator]:
+    """``(D, d, generator)`` of a random projection, its dims, seed and dtype checked in order."""
+    D, d = check_dims(where, D, d)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"{where}: seed={seed!r}; allowed: an integer >= 0")
-    return torch.Generator().manual_seed(seed)
+    _float_dtype(dtype, where)
+    return D, d, torch.Generator().manual_seed(seed)
 
 
 def _float_dtype(dtype: Any, where: str) -> torch.dtype:
@@ -239,9 +244,7 @@ class DenseProjection(MatrixProjection):
         normalization: str = "unit-columns",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        D, d = check_dims("DenseProjection", ambient_dim, subspace_dim)
-        gen = _generator(seed, "DenseProjection")
-        _float_dtype(dtype, "DenseProjection")
+        D, d, gen = _random_map("DenseProjection", ambient_dim, subspace_dim, seed, dtype)
         if normalization not in DENSE_NORMALIZATIONS:
             raise ValueError(
                 f"DenseProjection: normalization={normalization!r}; allowed: "
@@ -295,9 +298,7 @@ class SparseProjection(Projection):
         normalization: str = "unit-columns",
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        D, d = check_dims("SparseProjection", ambient_dim, subspace_dim)
-        gen = _generator(seed, "SparseProjection")
-        _float_dtype(dtype, "SparseProjection")
+        D, d, gen = _random_map("SparseProjection", ambient_dim, subspace_dim, seed, dtype)
         density = 1.0 / math.sqrt(D) if density is None else density
         if not (isinstance(density, float | int) and 0 < density <= 1):
             raise ValueError(f"SparseProjection: density={density!r}; allowed: 0 < density <= 1")
