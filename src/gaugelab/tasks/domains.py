@@ -30,12 +30,12 @@ biderman2024lora (target learning against retention of the source domain: code a
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from gaugelab.tasks._batches import check_batch_size, check_generator, stream
+from gaugelab.tasks._batches import WindowBatches
 from gaugelab.tasks._domain_spec import DOMAINS, SPLITS, TwoDomainSpec, two_domain_spec
 from gaugelab.tasks.sources import read_source
 
@@ -90,7 +90,7 @@ def _chunks(cps: torch.Tensor, n_chunks: int) -> list[torch.Tensor]:
     return [cps[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-class DomainText:
+class DomainText(WindowBatches):
     """One domain of a :class:`TwoDomainText`: three splits over the shared vocabulary.
 
     The window interface is :class:`gaugelab.tasks.CharText`'s (``data``, ``get_batch``,
@@ -201,34 +201,13 @@ class DomainText:
             ValueError: unknown ``split`` or ``batch_size < 1``.
             TypeError: ``generator`` is not a ``torch.Generator``.
         """
-        data = self.data(split)
-        check_batch_size("DomainText.get_batch", batch_size)
-        check_generator("DomainText.get_batch", generator)
+        data = self._batch_data(split, batch_size, generator)
         starts, ends, counts = self._windows[split]
         u = torch.randint(int(ends[-1]), (batch_size,), generator=generator)  # [B]
         run = torch.searchsorted(ends, u, right=True)  # [B], the run holding window u
         offsets = starts[run] + u - (ends[run] - counts[run])  # [B]
         index = offsets[:, None] + torch.arange(self.block_size)  # [B, block_size]
         return data[index], data[index + 1]
-
-    def batches(
-        self, batch_size: int, seed: int, split: str = "train", *, steps: int | None = None
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """A deterministic stream of minibatches from a fresh generator seeded with ``seed``.
-
-        Args:
-            batch_size: ``B ≥ 1``; seed: an integer; split: ``"train"`` (default), ``"val"``
-                or ``"test"``; steps: number of batches, ``None`` (default) for ever.
-
-        Yields:
-            ``(x, y)``, both ``[B, block_size]`` long, as :meth:`get_batch`.
-
-        Raises:
-            ValueError: unknown ``split``, ``batch_size < 1``, ``seed`` not an integer or
-                ``steps < 0`` (at the call, not at the first ``next``).
-        """
-        self.data(split)
-        return stream("DomainText.batches", self.get_batch, split, batch_size, seed, steps)
 
     def __repr__(self) -> str:
         sizes = " / ".join(f"{self._data[s].numel()} {s}" for s in SPLITS)

@@ -10,14 +10,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import torch
 
-from gaugelab.tasks._batches import check_batch_size, check_generator, stream, windows
+from gaugelab.tasks._batches import WindowBatches
 
 SPLITS = ("train", "val")
 
@@ -105,7 +105,7 @@ def _check_arguments(where: str, block_size: object, split: object) -> None:
         raise ValueError(f"{where}: block_size={block_size!r}; allowed: an integer >= 1")
 
 
-class CharText:
+class CharText(WindowBatches):
     """A text file as integer character ids, split into train and validation, with windows.
 
     The file is read once (bytes), hashed (``sha256``) and decoded as UTF-8. The vocabulary is
@@ -280,54 +280,6 @@ class CharText:
         if split == "val":
             return self.val_data
         raise ValueError(f"CharText: split={split!r}; allowed: {', '.join(SPLITS)}")
-
-    def get_batch(
-        self, split: str, batch_size: int, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One minibatch of windows with offsets drawn from ``generator``.
-
-        Draws ``torch.randint(len(data) − block_size, (batch_size,), generator=generator)``
-        and nothing else, so the generator's state advances identically for every consumer.
-
-        Args:
-            split: ``"train"`` or ``"val"``.
-            batch_size: ``B ≥ 1``.
-            generator: a CPU ``torch.Generator``; advanced by the draw.
-
-        Returns:
-            ``(x, y)``, both ``[B, block_size]`` long; ``y[:, t]`` is the character after
-            ``x[:, t]``, so ``y[:, :-1] == x[:, 1:]``.
-
-        Raises:
-            ValueError: unknown ``split`` or ``batch_size < 1``.
-            TypeError: ``generator`` is not a ``torch.Generator``.
-        """
-        data = self.data(split)
-        check_batch_size("CharText.get_batch", batch_size)
-        check_generator("CharText.get_batch", generator)
-        return windows(data, self.block_size, batch_size, generator)
-
-    def batches(
-        self, batch_size: int, seed: int, split: str = "train", *, steps: int | None = None
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """A deterministic stream of minibatches: two consumers with the same seed see the
-        same batches.
-
-        Args:
-            batch_size: ``B ≥ 1``.
-            seed: seeds a fresh ``torch.Generator`` that draws every offset.
-            split: ``"train"`` (default) or ``"val"``.
-            steps: number of batches; ``None`` (default) streams forever.
-
-        Yields:
-            ``(x, y)``, both ``[B, block_size]`` long, as :meth:`get_batch`.
-
-        Raises:
-            ValueError: unknown ``split``, ``batch_size < 1``, ``seed`` not an integer or
-                ``steps < 0`` (raised at the call, not at the first ``next``).
-        """
-        self.data(split)
-        return stream("CharText.batches", self.get_batch, split, batch_size, seed, steps)
 
     def __repr__(self) -> str:
         return (

@@ -7,16 +7,14 @@ stochastic twin variant: both twins consume the same minibatch stream).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import torch
 
-from gaugelab.tasks._batches import check_batch_size, check_generator, stream, windows
+from gaugelab.tasks._batches import WindowBatches
 
 __all__ = ["TokenText"]
 
 
-class TokenText:
+class TokenText(WindowBatches):
     """Token ids ``[N]`` split into train (the first ``int(split · N)``) and validation.
 
     Windows and streams are drawn exactly as :class:`gaugelab.tasks.CharText` draws them.
@@ -66,32 +64,6 @@ class TokenText:
         if split in ("train", "val"):
             return self.train_data if split == "train" else self.val_data
         raise ValueError(f"TokenText: split={split!r}; allowed: train, val")
-
-    def get_batch(
-        self, split: str, batch_size: int, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One minibatch ``(x, y)``, both ``[B, block_size]`` long (as ``CharText.get_batch``).
-
-        Raises:
-            ValueError: unknown ``split`` or ``batch_size < 1``.
-            TypeError: ``generator`` is not a ``torch.Generator``.
-        """
-        data = self.data(split)
-        check_batch_size("TokenText.get_batch", batch_size)
-        check_generator("TokenText.get_batch", generator)
-        return windows(data, self.block_size, batch_size, generator)
-
-    def batches(
-        self, batch_size: int, seed: int, split: str = "train", *, steps: int | None = None
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """A deterministic stream of minibatches (as ``CharText.batches``).
-
-        Raises:
-            ValueError: unknown ``split``, ``batch_size < 1``, a non-integer ``seed`` or
-                ``steps < 0``.
-        """
-        self.data(split)
-        return stream("TokenText.batches", self.get_batch, split, batch_size, seed, steps)
 
     def __repr__(self) -> str:
         return (
