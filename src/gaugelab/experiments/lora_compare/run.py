@@ -207,11 +207,16 @@ def compare_lora(
                          notes)  # fmt: skip
 
 
-def _report_dir(store, name: str, out: str | os.PathLike[str] | None) -> Path:
-    if out is not None:
-        return Path(out)
-    parent = Path(store.path if isinstance(store, RunStore) else store).parent / "reports"
-    return new_report_dir(parent, study=name)
+def _reported(store, report_dir, write_report: bool, compute, name, write) -> tuple:
+    """``compute()``, then (``write_report``) ``write(result, folder)`` into ``report_dir`` or a
+    new folder ``name(result)`` beside the store; a folder holding a report is refused first."""
+    if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
+        raise FileExistsError(f"{report_dir} already holds a report; choose another folder")
+    result = compute()
+    if write_report and report_dir is None:
+        parent = Path(store.path if isinstance(store, RunStore) else store).parent / "reports"
+        report_dir = new_report_dir(parent, study=name(result))
+    return result, write(result, Path(report_dir)) if write_report else None
 
 
 def run_lora_compare(
@@ -230,13 +235,9 @@ def run_lora_compare(
         FileExistsError: ``report_dir`` already holds a comparison (checked first).
         ValueError, ArtifactError: as :func:`compare_lora`.
     """
-    if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
-        raise FileExistsError(f"{report_dir} already holds a report; choose another folder")
-    result = compare_lora(a, b, store=store, **options)
-    if not write_report:
-        return result, None
-    folder = _report_dir(store, f"compare-{result.a}-vs-{result.b}", report_dir)
-    return result, compare_report(result, folder)
+    return _reported(store, report_dir, write_report,
+                     lambda: compare_lora(a, b, store=store, **options),
+                     lambda r: f"compare-{r.a}-vs-{r.b}", compare_report)  # fmt: skip
 
 
 def run_lora_compose(
@@ -255,10 +256,6 @@ def run_lora_compose(
         FileExistsError: ``out`` already holds an adapter, or ``report_dir`` a report.
         ValueError, ArtifactError: as :func:`compose_lora`.
     """
-    if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
-        raise FileExistsError(f"{report_dir} already holds a report; choose another folder")
-    result = compose_lora(sources, out, store=store, **options)
-    if not write_report:
-        return result, None
-    folder = _report_dir(store, f"compose-{Path(out).name}", report_dir)
-    return result, compose_report(result, folder)
+    return _reported(store, report_dir, write_report,
+                     lambda: compose_lora(sources, out, store=store, **options),
+                     lambda _: f"compose-{Path(out).name}", compose_report)  # fmt: skip
