@@ -133,6 +133,11 @@ class PretrainSpec(ExperimentSpec):
             norm_placement="pre", positional="learned", causal=True, init_std=0.02,
         )  # fmt: skip
 
+    def inherited_seed_roles(self) -> dict[str, int]:
+        """This run's seeds under the roles a spec that starts from it records them."""
+        return {"pretrain_init_seed": self.init_seed, "pretrain_data_seed": self.data_seed,
+                "eval_seed": self.eval_seed, "corpus_seed": self.corpus.seed}  # fmt: skip
+
     trainer: ClassVar[str] = "gaugelab.experiments.lora.train:train_pretrain"
 
 
@@ -270,10 +275,7 @@ class FinetuneSpec(ExperimentSpec):
 
     def seed_roles(self) -> dict[str, int]:
         roles = {f"seed[{i}]": s for i, s in enumerate(self.seeds)}
-        p = self.pretrain
-        roles.update(pretrain_init_seed=p.init_seed, pretrain_data_seed=p.data_seed,
-                     eval_seed=p.eval_seed, corpus_seed=p.corpus.seed)  # fmt: skip
-        return dict(sorted(roles.items()))
+        return dict(sorted({**roles, **self.pretrain.inherited_seed_roles()}.items()))
 
     def dtype_name(self) -> str:
         return self.pretrain.dtype

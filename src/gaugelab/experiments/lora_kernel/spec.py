@@ -156,11 +156,7 @@ class KernelSpec(ExperimentSpec):
         return self.gd_lr if optimizer == "gd" else self.adam_lr
 
     def seed_roles(self) -> dict[str, int]:
-        p = self.pretrain
-        roles = {"seed": self.seed, "probe_seed": self.probe_seed,
-                 "estimator_seed": self.estimator_seed, "pretrain_init_seed": p.init_seed,
-                 "pretrain_data_seed": p.data_seed, "eval_seed": p.eval_seed,
-                 "corpus_seed": p.corpus.seed}  # fmt: skip
+        roles = {**super().seed_roles(), **self.pretrain.inherited_seed_roles()}
         return dict(sorted(roles.items()))
 
     def dtype_name(self) -> str:

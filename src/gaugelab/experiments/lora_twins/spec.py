@@ -177,17 +177,7 @@ class LoraTwinSpec(ExperimentSpec):
         return self.alpha_ratio * self.rank
 
     def seed_roles(self) -> dict[str, int]:
-        p = self.pretrain
-        roles = dict(
-            adapter_seed=self.adapter_seed,
-            data_seed=self.data_seed,
-            gauge_seed=self.gauge_seed,
-            noise_seed=self.noise_seed,
-            pretrain_init_seed=p.init_seed,
-            pretrain_data_seed=p.data_seed,
-            eval_seed=p.eval_seed,
-            corpus_seed=p.corpus.seed,
-        )
+        roles = {**super().seed_roles(), **self.pretrain.inherited_seed_roles()}
         return dict(sorted(roles.items()))
 
     def dtype_name(self) -> str:
