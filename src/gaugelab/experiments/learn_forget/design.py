@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from typing import Any
 
 from gaugelab.experiments.learn_forget.spec import LearnForgetSpec
 from gaugelab.study.release.design import Block, CandidatePipeline, DesignManifest, NuisanceTuple
@@ -199,74 +200,19 @@ def design_manifest(spec: LearnForgetSpec) -> DesignManifest:
     )
 
 
-def candidate_manifest(run_spec: LearnForgetSpec, trainable: int) -> CandidateManifest:
-    """The immutable manifest of a run's candidate (§0x0BG's fourteen field groups)."""
-    ft = run_spec.run_finetune()
-    p = ft.pretrain
-    method, rank = run_spec.candidate_method()
-    val = split_ids(run_spec, run_spec.block, "val")
-    revision = metric_revision(run_spec)
-    lora = rank is not None
-    return CandidateManifest(
-        candidate_id=run_spec.candidate,
-        base_model_id=p.identity()[:16],
-        tokenizer_id=_corpus_digest(p.corpus, "retention")[:16],
-        method=method,
-        rank=rank,
-        target_modules=tuple(ft.targets) if lora else (),
-        alpha=ft.alpha(rank) if lora else None,
-        dropout=0.0,
-        init=ft.init if lora else "pretrained",
-        optimizer="adamw",
-        schedule=f"warm-up {ft.warmup}, cosine to 0.1, lr {ft.lr if lora else ft.full_lr:g}",
-        precision=p.dtype,
-        clipping=None,
-        data_hash=_corpus_digest(run_spec.block_corpus(), "target")[:16],
-        sample_order="torch.Generator(seed) per seed",
-        token_budget=ft.steps * ft.batch_size * p.corpus.block_size,
-        seeds=tuple(ft.seeds),
-        checkpoint_steps=run_spec.checkpoint_steps(),
-        checkpoint_rule="min target validation loss, ties earliest",
-        target_validation=val[0],
-        target_metric_revision=revision,
-        retention_validation=val[1],
-        retention_metric_revision=revision,
-        stress_validation=val[2],
-        stress_metric_revision=revision,
-        test_splits=split_ids(run_spec, run_spec.block, "test"),
-        probe_ids=(),
-        trainable_parameters=trainable,
-        optimizer_state_numel=2 * trainable,
-        peak_memory_accounting=PEAK_MEMORY_NOT_MEASURED,
-    )
-
-
-def base_manifest(spec: LearnForgetSpec, block: str) -> CandidateManifest:
-    """The base candidate's manifest: the pretrained model, nothing trained (the deterministic
-    baseline record of its block, §0x0CF; not a training unit)."""
+def _shared_fields(spec: LearnForgetSpec, block: str) -> dict[str, Any]:
+    """The manifest fields every candidate of ``block`` shares with its base: the base model,
+    tokenizer, precision and target data, the validation and test splits, the revisions."""
     p = spec.finetune.pretrain
     val = split_ids(spec, block, "val")
     revision = metric_revision(spec)
-    return CandidateManifest(
-        candidate_id="base",
+    return dict(
         base_model_id=p.identity()[:16],
         tokenizer_id=_corpus_digest(p.corpus, "retention")[:16],
-        method="base",
-        rank=None,
-        target_modules=(),
-        alpha=None,
         dropout=0.0,
-        init="pretrained",
-        optimizer="none",
-        schedule="none",
         precision=p.dtype,
         clipping=None,
         data_hash=_corpus_digest(spec.block_corpus(block), "target")[:16],
-        sample_order="none",
-        token_budget=0,
-        seeds=(),
-        checkpoint_steps=(0,),
-        checkpoint_rule="the pretrained weights",
         target_validation=val[0],
         target_metric_revision=revision,
         retention_validation=val[1],
@@ -275,7 +221,53 @@ def base_manifest(spec: LearnForgetSpec, block: str) -> CandidateManifest:
         stress_metric_revision=revision,
         test_splits=split_ids(spec, block, "test"),
         probe_ids=(),
+        peak_memory_accounting=PEAK_MEMORY_NOT_MEASURED,
+    )
+
+
+def candidate_manifest(run_spec: LearnForgetSpec, trainable: int) -> CandidateManifest:
+    """The immutable manifest of a run's candidate (§0x0BG's fourteen field groups)."""
+    ft = run_spec.run_finetune()
+    method, rank = run_spec.candidate_method()
+    lora = rank is not None
+    return CandidateManifest(
+        **_shared_fields(run_spec, run_spec.block),
+        candidate_id=run_spec.candidate,
+        method=method,
+        rank=rank,
+        target_modules=tuple(ft.targets) if lora else (),
+        alpha=ft.alpha(rank) if lora else None,
+        init=ft.init if lora else "pretrained",
+        optimizer="adamw",
+        schedule=f"warm-up {ft.warmup}, cosine to 0.1, lr {ft.lr if lora else ft.full_lr:g}",
+        sample_order="torch.Generator(seed) per seed",
+        token_budget=ft.steps * ft.batch_size * ft.pretrain.corpus.block_size,
+        seeds=tuple(ft.seeds),
+        checkpoint_steps=run_spec.checkpoint_steps(),
+        checkpoint_rule="min target validation loss, ties earliest",
+        trainable_parameters=trainable,
+        optimizer_state_numel=2 * trainable,
+    )
+
+
+def base_manifest(spec: LearnForgetSpec, block: str) -> CandidateManifest:
+    """The base candidate's manifest: the pretrained model, nothing trained (the deterministic
+    baseline record of its block, §0x0CF; not a training unit)."""
+    return CandidateManifest(
+        **_shared_fields(spec, block),
+        candidate_id="base",
+        method="base",
+        rank=None,
+        target_modules=(),
+        alpha=None,
+        init="pretrained",
+        optimizer="none",
+        schedule="none",
+        sample_order="none",
+        token_budget=0,
+        seeds=(),
+        checkpoint_steps=(0,),
+        checkpoint_rule="the pretrained weights",
         trainable_parameters=0,
         optimizer_state_numel=0,
-        peak_memory_accounting=PEAK_MEMORY_NOT_MEASURED,
     )
