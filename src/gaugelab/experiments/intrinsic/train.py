@@ -297,25 +297,12 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
             "status": "completed",
         }
         if spec.role == "full":
-            lr = spec.full_lrs[0]
-            label = spec.run_label()
-            loss = _train(
-                model,
-                list(model.parameters()),
-                problem.sample,
-                spec.steps,
-                spec.batch_size,
-                lr,
-                0,
-                label,
-                run,
-            )
             trained: nn.Module = model
+            seed, lr = 0, spec.full_lrs[0]
             out.update(lr=lr, ledger={"method": "full", "trainable": D})
         else:
             d, seed, lr = spec.dims[0], spec.seeds[0], spec.lrs[0]
             dtype = getattr(torch, spec.dtype)
-            label = spec.run_label()
             out.update(d=d, seed=seed, lr=lr)
 
             def proj(D_: int, k: int) -> Any:
@@ -341,18 +328,9 @@ def train_trial(spec: IntrinsicSpec, run: Any) -> dict[str, Any]:
                 if run is not None:
                     _write_json(run, "result.json", out, "result")
                 return out
-            loss = _train(
-                trained,
-                list(trained.parameters()),
-                problem.sample,
-                spec.steps,
-                spec.batch_size,
-                lr,
-                seed,
-                label,
-                run,
-            )
             out.update(ledger=trained.ledger(), projection=trained.projection.identity.as_dict())
+        loss = _train(trained, list(trained.parameters()), problem.sample, spec.steps,
+                      spec.batch_size, lr, seed, spec.run_label(), run)  # fmt: skip
         out.update(
             selection=accuracy(trained, problem.selection),
             eval=accuracy(trained, problem.evaluation),
