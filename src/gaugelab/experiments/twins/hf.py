@@ -152,13 +152,6 @@ def hf_parts(
                            random_init=ref.weights == "random")  # fmt: skip
     data = TextData(spec, text=_tokens(loaded, ref.block_size))
     layout = hf_attention(loaded.model)
-    members, names = make_hf_twins(
-        CausalLMLogits(loaded.model),
-        layout,
-        spec.twins,
-        gauge_seed=spec.gauge_seed,
-        noise_seed=spec.noise_seed,
-        noise_scale=spec.noise_scale,
-        gauge_draw=spec.gauge_draw,
-    )
+    members, names = make_hf_twins(CausalLMLogits(loaded.model), layout, spec.twins,
+                                   **spec.twin_draw())  # fmt: skip
     return data, members, names, hf_invariants(layout)

@@ -53,14 +53,7 @@ from gaugelab.tasks import TINY_SHAKESPEARE_SHA256, CharText
 def build_members(spec: TwinSpec) -> tuple[list[Transformer], list[str]]:
     """The base model (seeded ``init_seed``) and its twins, base first, and their names."""
     base = Transformer(spec.model, seed=spec.init_seed, dtype=getattr(torch, spec.dtype))
-    return make_twins(
-        base,
-        spec.twins,
-        gauge_seed=spec.gauge_seed,
-        noise_seed=spec.noise_seed,
-        noise_scale=spec.noise_scale,
-        gauge_draw=spec.gauge_draw,
-    )
+    return make_twins(base, spec.twins, **spec.twin_draw())
 
 
 def _optimizer(spec: TwinSpec) -> Callable[[Ensemble], torch.optim.Optimizer]:

@@ -176,6 +176,12 @@ class TwinSpec(BaseModel):
         defaults = TEXT_HYPER if self.task == "text" else PROTOCOL_HYPER
         return dict(defaults.get(self.optimizer, {}))
 
+    def twin_draw(self) -> dict:
+        """``gauge_seed``, ``noise_seed``, ``noise_scale`` and ``gauge_draw``: the keywords of
+        :func:`gaugelab.equivariance.twins.make_twins` (and ``make_hf_twins``)."""
+        keys = ("gauge_seed", "noise_seed", "noise_scale", "gauge_draw")
+        return {k: getattr(self, k) for k in keys}
+
     def measured_steps(self) -> list[int]:
         """Checkpoint steps within ``[0, steps]``, plus the final step."""
         return sorted({s for s in self.checkpoints if 0 <= s <= self.steps} | {self.steps})
