@@ -178,6 +178,10 @@ def forgetting(candidate: float, base: float, direction: Direction) -> float:
 # The immutable run manifest (§0x0BG)
 # --------------------------------------------------------------------------------------------
 
+_VALIDATION_FIELDS = tuple(
+    f"{m}_{part}" for m in OPERATIONAL_METRICS for part in ("validation", "metric_revision")
+)
+"""``target_validation``, ``target_metric_revision``, …: each metric's split and revision."""
 _MANIFEST_TEXT = (
     "candidate_id",
     "base_model_id",
@@ -189,12 +193,7 @@ _MANIFEST_TEXT = (
     "data_hash",
     "sample_order",
     "checkpoint_rule",
-    "target_validation",
-    "target_metric_revision",
-    "retention_validation",
-    "retention_metric_revision",
-    "stress_validation",
-    "stress_metric_revision",
+    *_VALIDATION_FIELDS,
     "peak_memory_accounting",
 )
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from gaugelab.study.release.evidence import CandidateRecord
 from gaugelab.study.release.records import (
+    _VALIDATION_FIELDS,
     DIRECTIONS,
     OPERATIONAL_METRICS,
     PEAK_MEMORY_NOT_MEASURED,
@@ -30,12 +31,7 @@ __all__ = ["directions_of", "validate_records"]
 _CONTRACT = (
     "base_model_id",
     "tokenizer_id",
-    "target_validation",
-    "target_metric_revision",
-    "retention_validation",
-    "retention_metric_revision",
-    "stress_validation",
-    "stress_metric_revision",
+    *_VALIDATION_FIELDS,
     "test_splits",
     "probe_ids",
 )
