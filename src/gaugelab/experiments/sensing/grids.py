@@ -11,6 +11,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
+def positive_rates(rates: tuple[float, ...]) -> tuple[float, ...]:
+    """``rates`` unchanged if every rate is finite and > 0, else ValueError (a field validator)."""
+    if any(not (math.isfinite(x) and x > 0) for x in rates):
+        raise ValueError(f"learning rates {rates}; allowed: finite numbers > 0")
+    return rates
+
+
 def _grid(default: tuple[float, ...], why: str) -> Any:
     return Field(default, min_length=1, description=why)
 
@@ -76,9 +83,4 @@ class LearningRateGrids(BaseModel):
             raise ValueError(f"LearningRateGrids.grid: rule={rule!r}; rules with a grid: {known}")
         return getattr(self, key)
 
-    @field_validator("*")
-    @classmethod
-    def _positive(cls, grid: tuple[float, ...]) -> tuple[float, ...]:
-        if any(not (math.isfinite(x) and x > 0) for x in grid):
-            raise ValueError(f"learning rates {grid}; allowed: finite numbers > 0")
-        return grid
+    _positive = field_validator("*")(positive_rates)

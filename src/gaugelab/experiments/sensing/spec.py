@@ -7,7 +7,6 @@ Source: singh2026lossbasis, §5 and §7; docs/protocols.md §3–§4.
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -17,7 +16,7 @@ from gaugelab.experiments.sensing.convex import (
     CONVEX,
     nuclear_norm_reference,
 )
-from gaugelab.experiments.sensing.grids import LearningRateGrids
+from gaugelab.experiments.sensing.grids import LearningRateGrids, positive_rates
 from gaugelab.experiments.sensing.problem import (
     SensingBatch,
     SensingExperiment,
@@ -164,12 +163,7 @@ class DialSpec(SensingExperiment):
             raise ValueError(f"ps={ps}; allowed: distinct numbers in [0, 1]")
         return ps
 
-    @field_validator("lrs", "gd_lrs")
-    @classmethod
-    def _check_lrs(cls, lrs: tuple[float, ...]) -> tuple[float, ...]:
-        if any(not (math.isfinite(x) and x > 0) for x in lrs):
-            raise ValueError(f"learning rates {lrs}; allowed: finite numbers > 0")
-        return lrs
+    _check_lrs = field_validator("lrs", "gd_lrs")(positive_rates)
 
     @model_validator(mode="after")
     def _has_work(self) -> DialSpec:
