@@ -133,10 +133,12 @@ class PretrainSpec(ExperimentSpec):
             norm_placement="pre", positional="learned", causal=True, init_std=0.02,
         )  # fmt: skip
 
-    def inherited_seed_roles(self) -> dict[str, int]:
-        """This run's seeds under the roles a spec that starts from it records them."""
-        return {"pretrain_init_seed": self.init_seed, "pretrain_data_seed": self.data_seed,
-                "eval_seed": self.eval_seed, "corpus_seed": self.corpus.seed}  # fmt: skip
+    def with_seed_roles(self, own: dict[str, int]) -> dict[str, int]:
+        """A spec's ``own`` seed roles and those of this run it starts from, sorted by role:
+        ``pretrain_init_seed``, ``pretrain_data_seed``, ``eval_seed``, ``corpus_seed``."""
+        roles = {**own, "pretrain_init_seed": self.init_seed, "pretrain_data_seed": self.data_seed,
+                 "eval_seed": self.eval_seed, "corpus_seed": self.corpus.seed}  # fmt: skip
+        return dict(sorted(roles.items()))
 
     trainer: ClassVar[str] = "gaugelab.experiments.lora.train:train_pretrain"
 
@@ -274,8 +276,7 @@ class FinetuneSpec(ExperimentSpec):
         return self.alpha_ratio * r
 
     def seed_roles(self) -> dict[str, int]:
-        roles = {f"seed[{i}]": s for i, s in enumerate(self.seeds)}
-        return dict(sorted({**roles, **self.pretrain.inherited_seed_roles()}.items()))
+        return self.pretrain.with_seed_roles({f"seed[{i}]": s for i, s in enumerate(self.seeds)})
 
     def dtype_name(self) -> str:
         return self.pretrain.dtype

@@ -156,8 +156,7 @@ class KernelSpec(ExperimentSpec):
         return self.gd_lr if optimizer == "gd" else self.adam_lr
 
     def seed_roles(self) -> dict[str, int]:
-        roles = {**super().seed_roles(), **self.pretrain.inherited_seed_roles()}
-        return dict(sorted(roles.items()))
+        return self.pretrain.with_seed_roles(super().seed_roles())
 
     def dtype_name(self) -> str:
         return self.pretrain.dtype

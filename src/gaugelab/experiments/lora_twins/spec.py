@@ -177,8 +177,7 @@ class LoraTwinSpec(ExperimentSpec):
         return self.alpha_ratio * self.rank
 
     def seed_roles(self) -> dict[str, int]:
-        roles = {**super().seed_roles(), **self.pretrain.inherited_seed_roles()}
-        return dict(sorted(roles.items()))
+        return self.pretrain.with_seed_roles(super().seed_roles())
 
     def dtype_name(self) -> str:
         return self.pretrain.dtype
