@@ -165,31 +165,15 @@ class SensingBatch:
         residual = W.flatten(-2) @ self.AT - self.y[:, None]  # [S, L, m]
         return (residual * residual).mean(dim=-1)
 
-    def loss_and_grad(
-        self, U: torch.Tensor, V: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The loss and its gradients with respect to both factors, in closed form.
+    def member_loss_and_grad(
+        self, U: torch.Tensor, V: torch.Tensor, rows: torch.Tensor, width: int, *, grad: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """The loss and its gradients with respect to both factors, in closed form, for the
+        members still in a compacted batch.
 
         With ``r = A vec(U Vᵀ) − y`` and ``L = mean(r²)``: ``∇_W L = (2/m) mat(Aᵀ r)``,
         ``∇_U L = ∇_W L · V``, ``∇_V L = (∇_W L)ᵀ U`` — what autograd computes, without its
         per-step overhead, and with both products against ``A`` in their fast layout.
-
-        Args:
-            U: ``[S, L, n, k]``; V: ``[S, L, n, k]``.
-
-        Returns:
-            ``(loss [S, L], grad_U [S, L, n, k], grad_V [S, L, n, k])``.
-        """
-        W = U @ V.mT  # [S, L, n, n]
-        residual = W.flatten(-2) @ self.AT - self.y[:, None]  # [S, L, m]
-        loss = (residual * residual).mean(dim=-1)
-        grad_W = (residual @ self.A).view_as(W) * (2.0 / residual.shape[-1])  # [S, L, n, n]
-        return loss, grad_W @ V, grad_W.mT @ U
-
-    def member_loss_and_grad(
-        self, U: torch.Tensor, V: torch.Tensor, rows: torch.Tensor, width: int, *, grad: bool = True
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """:meth:`loss_and_grad` for the members still in a compacted batch.
 
         The members of the full batch are the flat rows ``e = seed·width + j`` of the
         ``[S, width]`` grid (seed-major); ``rows`` names the ones present. The two products
