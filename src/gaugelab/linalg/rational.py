@@ -217,16 +217,6 @@ class Matrix:
         """Apply ``fn`` to every entry (its results taken as Fractions)."""
         return Matrix([[fn(a) for a in r] for r in self._rows])
 
-    def hadamard_divide(self, other: Matrix) -> Matrix:
-        """Entrywise ``self ⊘ other`` (``other`` must have no zero entry where ``self`` does)."""
-        o = self._same(other, "⊘")
-        return Matrix(
-            [
-                [a / b if a else Fraction(0) for a, b in zip(r, s, strict=True)]
-                for r, s in zip(self._rows, o._rows, strict=True)
-            ]
-        )
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Matrix) and other.shape == self.shape and other._rows == self._rows
 
