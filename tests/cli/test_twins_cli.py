@@ -225,7 +225,7 @@ def test_model_refusals_are_one_line(tmp_path, monkeypatch):
     assert task.exit_code == 2
     assert task.output.strip() == (
         "error: --task text is not read with --model (the model's twins train on the packaged "
-        "tiny-shakespeare through its tokenizer, or bytes)"
+        "tiny-shakespeare through its tokenizer, or bytes); allowed: --model without --task"
     )
     missing = invoke("--model", tmp_path / "nowhere")
     assert missing.exit_code == 2

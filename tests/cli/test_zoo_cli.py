@@ -187,7 +187,11 @@ def test_a_report_folder_that_holds_a_report_is_refused_before_any_run(tmp_path)
     store = tmp_path / "s.sqlite"
     result = invoke("zoo", *SMALL, "--rules", "gd", "--no-convex", "--store", str(store),
                     "--out", str(out))  # fmt: skip
-    assert result.exit_code == 2 and "never overwritten" in result.output
+    assert result.exit_code == 2
+    assert result.output.strip() == (  # one line, before the header
+        f"error: --out {out} holds a report already (report.html); reports are never "
+        "overwritten; allowed: a folder without report.html (or a new one)"
+    )
     assert (out / "report.html").read_text() == "mine" and not store.exists()
 
 

@@ -273,10 +273,11 @@ def run_with_bars(
 
     Before the header: ``options["store"]`` and ``options["report_dir"]`` are checked
     (:func:`~gaugelab.cli._errors.check_location`; an existing store is opened and closed, so
-    a bad file is refused untouched). A bad option, a non-finite value or an existing report
-    becomes one ``error:`` line (exit 2); so does a failure of the machine (a full disk, a
-    read-only folder), which for a full disk says that the runs are kept and how to write the
-    report of ``study_name`` later; Ctrl-C prints how many runs completed and exits 130.
+    a bad file is refused untouched; so is a report folder that holds a report). A bad option,
+    a non-finite value or an existing report becomes one ``error:`` line (exit 2); so does a
+    failure of the machine (a full disk, a read-only folder), which for a full disk says that
+    the runs are kept and how to write the report of ``study_name`` later; Ctrl-C prints how
+    many runs completed and exits 130.
     """
     store = options.get("store")
     paths = {"--out": options.get("report_dir"), "--store": store}
@@ -284,6 +285,12 @@ def run_with_bars(
     try:
         check_location("--store", store)
         check_location("--out", options.get("report_dir"), folder=True)
+        out = options.get("report_dir")
+        if out is not None and os.path.exists(os.path.join(out, "report.html")):
+            raise ValueError(
+                f"--out {out} holds a report already (report.html); reports are never "
+                "overwritten; allowed: a folder without report.html (or a new one)"
+            )
         if store is not None and os.path.exists(store):
             _db.RunStore(store, create=False).close()  # refuses a bad file untouched
         console.print(Text(header))

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gaugelab.cli._console import failure_line, print_outcome, run_study, wide_console
+from gaugelab.cli._console import count, failure_line, print_outcome, run_study, wide_console
 from gaugelab.cli._errors import RUNS_FAILED, fail, guarded
 from gaugelab.cli._options import (
     RunOptions,
@@ -112,8 +112,8 @@ def atlas(
         raise fail(exc, OPTIONS) from None
     total = len(spec.optimizers) * len(spec.groups) * len(spec.problems)
     header = (
-        f"atlas of {', '.join(sources)}: {len(spec.optimizers)} optimizers × groups "
-        f"{', '.join(spec.groups)} × problems {', '.join(spec.problems)} = {total} checks "
+        f"atlas of {', '.join(sources)}: {count(len(spec.optimizers), 'optimizer')} × groups "
+        f"{', '.join(spec.groups)} × problems {', '.join(spec.problems)} = {count(total, 'check')} "
         f"({spec.steps} steps, {spec.draws} draws, {spec.dtype}, --timeout {spec.timeout:g} s)"
     )
     outcome = run_study(

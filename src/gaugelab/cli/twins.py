@@ -167,7 +167,8 @@ def twins(
             if task != "modular":
                 raise ValueError(
                     f"--task {task} is not read with --model (the model's twins train on the "
-                    "packaged tiny-shakespeare through its tokenizer, or bytes)"
+                    "packaged tiny-shakespeare through its tokenizer, or bytes); allowed: "
+                    "--model without --task"
                 )
             if text is not None:
                 raise ValueError(
