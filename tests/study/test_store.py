@@ -112,6 +112,41 @@ def test_failed_attempt_is_kept_beside_its_retry(store):
     assert store.completed(identity)
 
 
+@pytest.mark.parametrize("after", ["BEGIN", "COMMIT"])
+def test_an_interrupt_at_the_edge_of_a_transaction_leaves_none_open(store, after):
+    """Ctrl-C, or a worker's heartbeat stopping it, can land just after SQLite has begun (or
+    failed to end) a transaction: the next write (recording the attempt as cancelled or killed)
+    must still start its own."""
+    identity = store.register_run(manifest()).identity
+    attempt = store.start_attempt(identity, environment_digest=ENV)
+    real = store._connection()
+
+    class Interrupting:
+        armed = True
+
+        def execute(self, sql, *args):
+            if after == "COMMIT" and self.armed and sql == "COMMIT":
+                self.armed = False
+                raise KeyboardInterrupt  # before SQLite ends it
+            out = real.execute(sql, *args)
+            if after == "BEGIN" and self.armed and sql.startswith("BEGIN"):
+                self.armed = False
+                raise KeyboardInterrupt
+            return out
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    proxy = Interrupting()
+    store._connection = lambda: proxy  # the store's next transactions go through it
+    with pytest.raises(KeyboardInterrupt):
+        store.log_metrics(attempt, 1, {"loss": 1.0})
+    assert not real.in_transaction
+    store.end_attempt(attempt, "cancelled", "interrupted")
+    assert store.attempts(identity)[0].termination == "cancelled"
+    assert store.metrics(identity) == []  # the interrupted write was rolled back whole
+
+
 def test_end_attempt_twice_raises(store):
     identity = store.register_run(manifest()).identity
     attempt = store.start_attempt(identity, environment_digest=ENV)

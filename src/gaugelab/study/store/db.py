@@ -186,14 +186,14 @@ class RunStore(AttemptClaims, StoreQueries, ResultReader):
         if write and self._readonly is not None:
             raise self._read_only_error(self._readonly)
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
+            try:  # an interrupt can land between BEGIN and the body, or in COMMIT
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
         except sqlite3.DatabaseError as e:
             name = getattr(e, "sqlite_errorname", "") or ""
             if name.startswith("SQLITE_READONLY"):
