@@ -189,8 +189,8 @@ def test_a_report_folder_that_holds_a_report_is_refused_before_any_run(tmp_path)
                     "--out", str(out))  # fmt: skip
     assert result.exit_code == 2
     assert result.output.strip() == (  # one line, before the header
-        f"error: --out {out} holds a report already (report.html); reports are never "
-        "overwritten; allowed: a folder without report.html (or a new one)"
+        f"error: {out} already holds report.html; reports are never overwritten (choose another "
+        "folder: --out DIR)"
     )
     assert (out / "report.html").read_text() == "mine" and not store.exists()
 

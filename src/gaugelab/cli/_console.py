@@ -34,7 +34,7 @@ from gaugelab.cli._options import RunOptions
 from gaugelab.cli._tables import rich_table
 from gaugelab.errors import NonFiniteError, advice, disk_full
 from gaugelab.lazy import LazyModule
-from gaugelab.study.report.builder import Table
+from gaugelab.study.report.builder import Table, refuse_overwrite
 
 _db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only when a study runs
 
@@ -285,12 +285,8 @@ def run_with_bars(
     try:
         check_location("--store", store)
         check_location("--out", options.get("report_dir"), folder=True)
-        out = options.get("report_dir")
-        if out is not None and os.path.exists(os.path.join(out, "report.html")):
-            raise ValueError(
-                f"--out {out} holds a report already (report.html); reports are never "
-                "overwritten; allowed: a folder without report.html (or a new one)"
-            )
+        if options.get("report_dir") is not None:
+            refuse_overwrite(options["report_dir"])
         if store is not None and os.path.exists(store):
             _db.RunStore(store, create=False).close()  # refuses a bad file untouched
         console.print(Text(header))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gaugelab.study.experiment import Experiment
+from gaugelab.study.report.builder import refuse_overwrite
 from gaugelab.study.report.summary import write_study_report
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.store.results import UNVERIFIED
@@ -92,10 +93,7 @@ def report_study(store: RunStore, study: str, out_dir: str | os.PathLike[str]) -
     if experiment is None:
         return WrittenReport(write_study_report(store, study, out_dir))
     folder = Path(out_dir)
-    if (folder / "report.html").exists():
-        raise FileExistsError(
-            f"{folder / 'report.html'} exists; reports are never overwritten (choose another --out)"
-        )
+    refuse_overwrite(folder)
     result = experiment.collect(store, study)
     unverified = {f.identity: f.message for f in result.failures if f.termination == UNVERIFIED}
     return WrittenReport(experiment.report(result, folder), unverified)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pydantic
 
 from gaugelab.lazy import LazyModule
-from gaugelab.study.report.builder import new_report_dir
+from gaugelab.study.report.builder import new_report_dir, refuse_overwrite
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 if TYPE_CHECKING:  # the executors are imported by run_experiment, which runs a study
@@ -120,11 +120,8 @@ def run_experiment(
         StoreError: ``store`` is not a gaugelab run store.
         FileExistsError: ``report_dir`` already holds a report (checked before any run).
     """
-    if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
-        raise FileExistsError(
-            f"{Path(report_dir) / 'report.html'} exists; reports are never overwritten "
-            "(choose another folder)"
-        )
+    if report_dir is not None and write_report:
+        refuse_overwrite(report_dir)
 
     how = dict(
         executor=executor,

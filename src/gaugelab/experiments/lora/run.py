@@ -49,9 +49,9 @@ from gaugelab.experiments.lora.spec import (
     resolve_targets,
 )
 from gaugelab.experiments.lora.train import Curves, train_pretrain
-from gaugelab.experiments.lora.views import inspect_report, inspect_tables, refuse_existing
+from gaugelab.experiments.lora.views import INSPECT_FILES, inspect_report, inspect_tables
 from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
-from gaugelab.study.report.builder import new_report_dir
+from gaugelab.study.report.builder import new_report_dir, refuse_overwrite
 from gaugelab.study.store.db import DEFAULT_STORE_PATH
 from gaugelab.study.sweep import Sweep
 
@@ -202,8 +202,7 @@ def run_lora_inspect(
             first).
     """
     if report_dir is not None and write_report:
-        folder = Path(report_dir)
-        refuse_existing(folder)
+        refuse_overwrite(report_dir, INSPECT_FILES)
     result = inspect_lora(source, store=store, ranks=ranks, seed=seed, study=study,
                           evidence=evidence, base=base, hf=hf, progress=progress)  # fmt: skip
     if not write_report:

@@ -213,15 +213,8 @@ def ladder_figure(result: InspectResult) -> Figure:
     return fig
 
 
-def refuse_existing(folder: Path) -> None:
-    """Raise ``FileExistsError`` (naming the file) when ``folder`` already holds a report or
-    an ``inspect.json``: nothing is ever overwritten."""
-    for name in ("report.html", "inspect.json"):
-        if (folder / name).exists():
-            raise FileExistsError(
-                f"{folder} already holds a {name}; reports are never overwritten (choose "
-                "another folder)"
-            )
+INSPECT_FILES = ("report.html", "inspect.json")
+"""The files of an inspection's folder, never overwritten (``rep.refuse_overwrite``)."""
 
 
 def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Path:
@@ -231,7 +224,7 @@ def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Pa
         FileExistsError: ``out_dir`` already holds a report, figures or ``inspect.json``.
     """
     folder = Path(out_dir)
-    refuse_existing(folder)
+    rep.refuse_overwrite(folder, INSPECT_FILES)
     figures = [rep.save_figure(spectrum_figure(result), folder, "spectrum",
                                caption="Singular values of each update, relative to the first "
                                "(line style: block).")]  # fmt: skip

@@ -40,7 +40,7 @@ from gaugelab.lowrank.subspaces.compare import (
     principal_angles,
     update_bases,
 )
-from gaugelab.study.report.builder import new_report_dir
+from gaugelab.study.report.builder import new_report_dir, refuse_overwrite
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["CompareResult", "ComposeResult", "ModuleComparison", "compare_lora", "compose_lora",
@@ -207,16 +207,12 @@ def compare_lora(
                          notes)  # fmt: skip
 
 
-def _reported(store, report_dir, write_report: bool, compute, name, write) -> tuple:
-    """``compute()``, then (``write_report``) ``write(result, folder)`` into ``report_dir`` or a
-    new folder ``name(result)`` beside the store; a folder holding a report is refused first."""
-    if report_dir is not None and write_report and (Path(report_dir) / "report.html").exists():
-        raise FileExistsError(f"{report_dir} already holds a report; choose another folder")
-    result = compute()
-    if write_report and report_dir is None:
-        parent = Path(store.path if isinstance(store, RunStore) else store).parent / "reports"
-        report_dir = new_report_dir(parent, study=name(result))
-    return result, write(result, Path(report_dir)) if write_report else None
+def _report_dir(store, name: str, out: str | os.PathLike[str] | None) -> Path:
+    """``out``, or a new report folder ``name`` beside the store."""
+    if out is not None:
+        return Path(out)
+    parent = Path(store.path if isinstance(store, RunStore) else store).parent / "reports"
+    return new_report_dir(parent, study=name)
 
 
 def run_lora_compare(
@@ -235,9 +231,13 @@ def run_lora_compare(
         FileExistsError: ``report_dir`` already holds a comparison (checked first).
         ValueError, ArtifactError: as :func:`compare_lora`.
     """
-    return _reported(store, report_dir, write_report,
-                     lambda: compare_lora(a, b, store=store, **options),
-                     lambda r: f"compare-{r.a}-vs-{r.b}", compare_report)  # fmt: skip
+    if report_dir is not None and write_report:
+        refuse_overwrite(report_dir)
+    result = compare_lora(a, b, store=store, **options)
+    if not write_report:
+        return result, None
+    return result, compare_report(result, _report_dir(store, f"compare-{result.a}-vs-{result.b}",
+                                                      report_dir))  # fmt: skip
 
 
 def run_lora_compose(
@@ -256,6 +256,10 @@ def run_lora_compose(
         FileExistsError: ``out`` already holds an adapter, or ``report_dir`` a report.
         ValueError, ArtifactError: as :func:`compose_lora`.
     """
-    return _reported(store, report_dir, write_report,
-                     lambda: compose_lora(sources, out, store=store, **options),
-                     lambda _: f"compose-{Path(out).name}", compose_report)  # fmt: skip
+    if report_dir is not None and write_report:
+        refuse_overwrite(report_dir)
+    result = compose_lora(sources, out, store=store, **options)
+    if not write_report:
+        return result, None
+    return result, compose_report(result, _report_dir(store, f"compose-{Path(out).name}",
+                                                      report_dir))  # fmt: skip

@@ -67,6 +67,7 @@ __all__ = [
     "path_slug",
     "plot_curves",
     "plot_scatter",
+    "refuse_overwrite",
     "render_report",
     "save_figure",
     "seeds_phrase",
@@ -295,6 +296,21 @@ def path_slug(text: str, *, limit: int = 60) -> str:
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
         slug = f"{slug}-{digest}" if slug else digest
     return slug
+
+
+def refuse_overwrite(folder: str | Path, names: Sequence[str] = ("report.html",)) -> None:
+    """Refuse a report folder that already holds one of ``names`` (default: a report), before
+    anything runs or is written: reports are never overwritten.
+
+    Raises:
+        FileExistsError: the first of ``names`` that exists in ``folder``, named in the message.
+    """
+    for name in names:
+        if (Path(folder) / name).exists():
+            raise FileExistsError(
+                f"{folder} already holds {name}; reports are never overwritten (choose another "
+                "folder: --out DIR)"
+            )
 
 
 def new_report_dir(parent: str | Path, *, study: str | None = None) -> Path:

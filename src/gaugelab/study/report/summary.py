@@ -29,6 +29,7 @@ from gaugelab.study.report.builder import (
     Table,
     path_slug,
     plot_curves,
+    refuse_overwrite,
     save_figure,
     write_report,
 )
@@ -316,7 +317,7 @@ def study_report(
     report, curves = _build(store, study, family)
     directory = Path(directory)
     names = _figure_names(curves)
-    _refuse_existing([directory / f"{n}.{ext}" for n in names for ext in ("png", "svg")])
+    refuse_overwrite(directory, [f"{n}.{ext}" for n in names for ext in ("png", "svg")])
     saved = []
     for name, c in zip(names, curves, strict=True):
         fig, caption = _draw(c, study)
@@ -331,15 +332,6 @@ def study_report(
         notes=[*report.notes, *notes],
         created_at=report.created_at,
     )
-
-
-def _refuse_existing(paths: Sequence[Path]) -> None:
-    existing = [p for p in paths if p.exists()]
-    if existing:
-        raise FileExistsError(
-            f"{existing[0]} already exists; refusing to overwrite a report — choose another "
-            "output folder (--out DIR)"
-        )
 
 
 def write_study_report(
@@ -369,12 +361,12 @@ def write_study_report(
             written (the message suggests another ``--out``).
     """
     out_dir = Path(out_dir)
-    _refuse_existing([out_dir / "report.html"])
+    refuse_overwrite(out_dir)
     report = study_report(
         store, study, directory=out_dir, tables=tables, figures=figures, notes=notes
     )
     try:
         return write_report(report, out_dir)
     except FileExistsError:  # created by someone else meanwhile
-        _refuse_existing([out_dir / "report.html"])
+        refuse_overwrite(out_dir)
         raise
