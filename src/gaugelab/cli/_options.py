@@ -7,8 +7,9 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import typing
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -53,7 +54,8 @@ Address = Annotated[
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a study command runs its study: the six options every study command takes.
+    """How a study command runs its study: the six options every study command takes, each
+    field declared as its option (:func:`study_command` reads them from here).
 
     Attributes:
         executor: ``local`` or ``ray``.
@@ -62,18 +64,25 @@ class RunOptions:
         threads: torch threads per run process (>= 1).
         store: the run store file.
         out: the report folder, or ``None`` (a new one in the store's folder).
+
+    Raises:
+        ValueError: an executor not in ``local, ray``, or ``max_workers`` / ``threads`` < 1;
+            the message names the option.
     """
 
-    executor: str = "local"
-    max_workers: int = 1
-    address: str | None = None
-    threads: int = 1
-    store: Path = DEFAULT_STORE_PATH
-    out: Path | None = None
+    executor: Executor = "local"
+    max_workers: Workers = 1
+    address: Address = None
+    threads: Threads = 1
+    store: Store = DEFAULT_STORE_PATH
+    out: Out = None
 
-    def check(self, dtype: str | None = None) -> None:
-        """:func:`check_run_options` of these options (and of ``--dtype`` when given)."""
-        check_run_options(self.executor, self.max_workers, self.threads, dtype)
+    def __post_init__(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"--executor {self.executor!r}; allowed: {', '.join(EXECUTORS)}")
+        for option, value in (("--max-workers", self.max_workers), ("--threads", self.threads)):
+            if value < 1:
+                raise ValueError(f"{option} {value}; allowed: an integer >= 1")
 
     def how(self) -> dict[str, Any]:
         """The keyword arguments of :func:`gaugelab.study.experiment.run_experiment`."""
@@ -82,12 +91,11 @@ class RunOptions:
         return how
 
 
+_DECLARED = typing.get_type_hints(RunOptions, include_extras=True)
 _RUN_OPTIONS = [
-    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-    for name, kind, default in (
-        ("executor", Executor, "local"), ("max_workers", Workers, 1), ("address", Address, None),
-        ("threads", Threads, 1), ("store", Store, DEFAULT_STORE_PATH), ("out", Out, None),
-    )
+    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                      annotation=_DECLARED[f.name])
+    for f in fields(RunOptions)
 ]  # fmt: skip
 
 
@@ -96,19 +104,33 @@ def study_command(command: Callable[..., Any]) -> Callable[..., Any]:
 
     Typer reads the options from the returned function's signature: ``command``'s own, then
     ``--executor``, ``--max-workers``, ``--address``, ``--threads``, ``--store``, ``--out``.
-    ``command`` receives them as one keyword argument, ``run_options`` (a :class:`RunOptions`),
-    which its signature declares last.
+    They are checked first (a bad one is one ``error:`` line, exit 2); ``command`` receives
+    them as one keyword argument, ``run_options`` (a :class:`RunOptions`), which its signature
+    declares last.
     """
     own = inspect.signature(command, eval_str=True)
     kept = [p for name, p in own.parameters.items() if name != "run_options"]
 
     @functools.wraps(command)
     def with_run_options(**options: Any) -> Any:
-        run = RunOptions(**{p.name: options.pop(p.name) for p in _RUN_OPTIONS})
+        try:
+            run = RunOptions(**{p.name: options.pop(p.name) for p in _RUN_OPTIONS})
+        except ValueError as exc:
+            raise fail(exc) from None
         return command(**options, run_options=run)
 
     with_run_options.__signature__ = own.replace(parameters=kept + _RUN_OPTIONS)  # type: ignore[attr-defined]
     return with_run_options
+
+
+def check_dtype(dtype: str) -> None:
+    """Validate ``--dtype``.
+
+    Raises:
+        ValueError: not ``float32`` or ``float64``; the message names the option.
+    """
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
 
 
 def nonempty_study(value: str | None) -> str | None:
@@ -139,24 +161,6 @@ def comma_separated(text: str, option: str, kind: type = int) -> tuple:
 def names(text: str) -> tuple[str, ...]:
     """The comma-separated names of ``text``, stripped, empty ones left out."""
     return tuple(x.strip() for x in text.split(",") if x.strip())
-
-
-def check_run_options(
-    executor: str, max_workers: int, threads: int, dtype: str | None = None
-) -> None:
-    """Validate the options every study command has: ``--executor``, ``--max-workers``,
-    ``--threads`` and (when the command has it) ``--dtype``.
-
-    Raises:
-        ValueError: a value outside what is allowed; the message names the option.
-    """
-    if executor not in EXECUTORS:
-        raise ValueError(f"--executor {executor!r}; allowed: {', '.join(EXECUTORS)}")
-    for option, value in (("--max-workers", max_workers), ("--threads", threads)):
-        if value < 1:
-            raise ValueError(f"{option} {value}; allowed: an integer >= 1")
-    if dtype is not None and dtype not in ("float32", "float64"):
-        raise ValueError(f"--dtype {dtype!r}; allowed: float32, float64")
 
 
 def machine_memory() -> int:

@@ -20,6 +20,7 @@ from gaugelab.cli._console import count, failure_line, print_outcome, run_study,
 from gaugelab.cli._errors import RUNS_FAILED, fail, guarded
 from gaugelab.cli._options import (
     RunOptions,
+    check_dtype,
     names,
     study_command,
 )
@@ -99,7 +100,7 @@ def atlas(
         wide = not sys.stderr.isatty() and "COLUMNS" not in os.environ
         console = Console(stderr=True, width=200 if wide else None)
     try:
-        run_options.check(dtype)
+        check_dtype(dtype)
         sources = _listed(source, "--source")
         chosen = _listed(only, "--only") if only is not None else ()
         spec = _atlas.atlas_spec(

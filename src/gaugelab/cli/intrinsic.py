@@ -130,7 +130,6 @@ def intrinsic_dim(
     """
     console = wide_console()
     try:
-        run_options.check()
         fields: dict = dict(
             problem=problem,
             method=method,

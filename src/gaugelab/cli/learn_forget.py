@@ -19,6 +19,7 @@ from gaugelab.cli._console import print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
     RunOptions,
+    check_dtype,
     comma_separated,
     study_command,
 )
@@ -130,7 +131,7 @@ def learn_forget(
     """
     console = wide_console()
     try:
-        run_options.check(dtype)
+        check_dtype(dtype)
         base = _learn_forget.quick_spec() if quick else _learn_forget.LearnForgetSpec()
         template = base.finetune.spec_dict()
         template["full"] = full

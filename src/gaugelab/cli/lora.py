@@ -27,6 +27,7 @@ from gaugelab.cli._options import (
     Out,
     RunOptions,
     Store,
+    check_dtype,
     comma_separated,
     nonempty_study,
     study_command,
@@ -112,7 +113,7 @@ def finetune(
     """
     console = wide_console()
     try:
-        run_options.check(dtype)
+        check_dtype(dtype)
         for option, value in (("--steps", steps), ("--pretrain-steps", pretrain_steps)):
             if value is not None and value < 1:
                 raise ValueError(f"{option} {value}; allowed: an integer >= 1")

@@ -17,6 +17,7 @@ from gaugelab.cli._console import print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
 from gaugelab.cli._options import (
     RunOptions,
+    check_dtype,
     comma_separated,
     study_command,
 )
@@ -87,7 +88,7 @@ def kernel(
     """
     console = wide_console()
     try:
-        run_options.check(dtype)
+        check_dtype(dtype)
         names = tuple(x.strip() for x in optimizers.split(",") if x.strip())
         if (
             not names

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from gaugelab.cli._console import print_outcome, run_study, wide_console
 from gaugelab.cli._errors import fail, guarded
-from gaugelab.cli._options import RunOptions, study_command
+from gaugelab.cli._options import RunOptions, check_dtype, study_command
 from gaugelab.lazy import LazyModule
 
 _lora_twins = LazyModule("gaugelab.experiments.lora_twins.run")
@@ -98,7 +98,7 @@ def twins(
                 f"--optimizers {optimizers!r}; allowed: distinct names of "
                 f"{', '.join(LORA_TWIN_OPTIMIZERS)}"
             )
-        run_options.check(dtype)
+        check_dtype(dtype)
 
         fields: dict = dict(rank=rank, scalar=scalar, damping=_damping(damping), lr=lr,
                             noise_scale=noise_scale)  # fmt: skip

@@ -143,7 +143,6 @@ def twins(
     console = wide_console()
     names = [o.strip() for o in optimizers.split(",") if o.strip()]
     try:
-        run_options.check()
         if pairs < 1:
             raise ValueError(f"--pairs {pairs}; allowed: an integer >= 1")
         if len(set(names)) != len(names):

@@ -162,7 +162,6 @@ def zoo(
                 f"--study/--out name one study; {len(specs)} --tail values make {len(specs)} "
                 "studies (each named from its spec, each with its own report folder)"
             )
-        run_options.check()
         for spec in specs:
             check_memory(spec.memory_estimate(), _size_options(spec))
     except ValueError as exc:
@@ -244,7 +243,6 @@ def dial(
             dtype=dtype,
             **_budget(steps, seeds, quick, base),
         )
-        run_options.check()
         check_memory(spec.memory_estimate(), _size_options(spec))
     except ValueError as exc:
         raise fail(exc, DIAL_OPTIONS) from None
