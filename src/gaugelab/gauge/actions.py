@@ -8,7 +8,7 @@ import torch
 
 from gaugelab.linalg.checks import check_matrix
 
-_check_factor = partial(check_matrix, shape="[..., d, k]", name_dtypes=False)
+_check_factor = partial(check_matrix, shape="[..., d, k]")
 
 
 def _check_batch(func: str, **tensors: torch.Tensor) -> None:

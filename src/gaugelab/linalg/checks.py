@@ -7,13 +7,9 @@ from collections.abc import Sequence
 import torch
 
 
-def check_matrix(
-    X: object, func: str, arg: str, *, shape: str = "[..., m, n]", name_dtypes: bool = True
-) -> torch.Tensor:
-    """Raise unless ``X`` is a real floating tensor with at least two dimensions.
-
-    ``shape`` is the shape the message states; ``name_dtypes`` lists the floating dtypes in it.
-    """
+def check_matrix(X: object, func: str, arg: str, *, shape: str = "[..., m, n]") -> torch.Tensor:
+    """Raise unless ``X`` is a real floating tensor with at least two dimensions (``shape``: the
+    shape the message states)."""
     if not isinstance(X, torch.Tensor):
         raise TypeError(f"{func}: {arg} must be a torch.Tensor, got {type(X).__name__}")
     if X.ndim < 2:
@@ -22,8 +18,10 @@ def check_matrix(
             f"got shape {tuple(X.shape)}"
         )
     if not X.is_floating_point():
-        named = " (float16, bfloat16, float32, float64)" if name_dtypes else ""
-        raise ValueError(f"{func}: {arg} must have a real floating dtype{named}, got {X.dtype}")
+        raise ValueError(
+            f"{func}: {arg} must have a real floating dtype (float16, bfloat16, float32, "
+            f"float64), got {X.dtype}"
+        )
     return X
 
 
