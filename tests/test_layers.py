@@ -1,7 +1,7 @@
 """The package's layers import downward only (docs/architecture.md): every gaugelab import of
 every module, at its top or inside a function, names a module of its own layer or of one below;
-no module imports another package's private (``_name``) module; and the analysis layer never
-reaches the harness, the experiments or the CLI."""
+no module imports another package's private (``_name``) module; the analysis layer never
+reaches the harness, the experiments or the CLI; and no module is over 400 lines."""
 
 import ast
 from pathlib import Path
@@ -90,3 +90,10 @@ def test_the_layer_check_can_fail():
     assert layer("gaugelab.study.store.db") > layer("gaugelab.lowrank.spectra.ranks")
     with pytest.raises(AssertionError, match="in no layer"):
         layer("gaugelab.nowhere")
+
+
+def test_no_module_is_over_400_lines():
+    """One concept per module (docs/architecture.md): a module stays within 400 lines."""
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in ROOT.rglob("*.py")}
+    assert len(sizes) > 200  # the walk found the package
+    assert {path: n for path, n in sizes.items() if n > 400} == {}

@@ -17,7 +17,7 @@ from gaugelab.experiments.sensing.zoo import CONVEX, LearningRateGrids, ZooSpec,
 from gaugelab.experiments.twins import run as twins
 from gaugelab.study import RunStore, StoreError
 from gaugelab.study.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from gaugelab.study.report.builder import new_report_dir
+from gaugelab.study.report.folders import new_report_dir
 from gaugelab.study.store.results import UNVERIFIED
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

@@ -19,13 +19,13 @@ from gaugelab.study.report.builder import (
     StudyReport,
     Table,
     format_number,
-    new_report_dir,
     plot_curves,
     render_report,
     save_figure,
     sort_ranks,
     write_report,
 )
+from gaugelab.study.report.folders import new_report_dir
 
 STUDY_XSS = "<script>alert(1)</script>"
 LABEL_XSS = '"><img src=x onerror=alert(1)>'

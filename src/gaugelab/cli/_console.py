@@ -34,7 +34,8 @@ from gaugelab.cli._options import RunOptions
 from gaugelab.cli._tables import rich_table
 from gaugelab.errors import NonFiniteError, advice, disk_full
 from gaugelab.lazy import LazyModule
-from gaugelab.study.report.builder import Table, refuse_overwrite
+from gaugelab.study.report.builder import Table
+from gaugelab.study.report.folders import refuse_overwrite
 
 _db = LazyModule("gaugelab.study.store.db")  # the store (and pydantic) only when a study runs
 

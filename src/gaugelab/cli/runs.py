@@ -24,7 +24,7 @@ from gaugelab.cli._run_lookup import MIN_PREFIX, check_study, find_run, open_sto
 from gaugelab.cli._tables import printable, rich_table
 from gaugelab.lazy import LazyModule
 from gaugelab.study.report.builder import Table as ReportTable
-from gaugelab.study.report.builder import new_report_dir
+from gaugelab.study.report.folders import new_report_dir
 
 _registry = LazyModule("gaugelab.experiments.registry")
 _seals = LazyModule("gaugelab.study.store.seals")

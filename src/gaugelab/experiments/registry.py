@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gaugelab.study.experiment import Experiment
-from gaugelab.study.report.builder import refuse_overwrite
+from gaugelab.study.report.folders import refuse_overwrite
 from gaugelab.study.report.summary import write_study_report
 from gaugelab.study.store.db import RunStore
 from gaugelab.study.store.results import UNVERIFIED

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pydantic
 
 from gaugelab.lazy import LazyModule
-from gaugelab.study.report.builder import new_report_dir, refuse_overwrite
+from gaugelab.study.report.folders import new_report_dir, refuse_overwrite
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 if TYPE_CHECKING:  # the executors are imported by run_experiment, which runs a study

@@ -51,7 +51,7 @@ from gaugelab.experiments.lora.spec import (
 from gaugelab.experiments.lora.train import Curves, train_pretrain
 from gaugelab.experiments.lora.views import INSPECT_FILES, inspect_report, inspect_tables
 from gaugelab.study.experiment import Experiment, StudyOutcome, run_experiment
-from gaugelab.study.report.builder import new_report_dir, refuse_overwrite
+from gaugelab.study.report.folders import new_report_dir, refuse_overwrite
 from gaugelab.study.store.db import DEFAULT_STORE_PATH
 from gaugelab.study.sweep import Sweep
 

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from gaugelab.adapters.names import short_names
 from gaugelab.experiments.lora.inspect import InspectResult, to_json
 from gaugelab.study.report import builder as rep
+from gaugelab.study.report.folders import refuse_overwrite
 
 _POLICIES = (("algebraic", "algebraic"), ("numerical", "numerical"), ("stable", "stable"),
              ("energy 99%", "energy"), ("entropy-energy", "entropy-energy"),
@@ -214,7 +215,7 @@ def ladder_figure(result: InspectResult) -> Figure:
 
 
 INSPECT_FILES = ("report.html", "inspect.json")
-"""The files of an inspection's folder, never overwritten (``rep.refuse_overwrite``)."""
+"""The files of an inspection's folder, never overwritten (:func:`refuse_overwrite`)."""
 
 
 def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Path:
@@ -224,7 +225,7 @@ def inspect_report(result: InspectResult, out_dir: str | os.PathLike[str]) -> Pa
         FileExistsError: ``out_dir`` already holds a report, figures or ``inspect.json``.
     """
     folder = Path(out_dir)
-    rep.refuse_overwrite(folder, INSPECT_FILES)
+    refuse_overwrite(folder, INSPECT_FILES)
     figures = [rep.save_figure(spectrum_figure(result), folder, "spectrum",
                                caption="Singular values of each update, relative to the first "
                                "(line style: block).")]  # fmt: skip

@@ -40,7 +40,7 @@ from gaugelab.lowrank.subspaces.compare import (
     principal_angles,
     update_bases,
 )
-from gaugelab.study.report.builder import new_report_dir, refuse_overwrite
+from gaugelab.study.report.folders import new_report_dir, refuse_overwrite
 from gaugelab.study.store.db import DEFAULT_STORE_PATH, RunStore
 
 __all__ = ["CompareResult", "ComposeResult", "ModuleComparison", "compare_lora", "compose_lora",

@@ -27,12 +27,11 @@ from gaugelab.study.report.builder import (
     RunSummary,
     StudyReport,
     Table,
-    path_slug,
     plot_curves,
-    refuse_overwrite,
     save_figure,
     write_report,
 )
+from gaugelab.study.report.folders import path_slug, refuse_overwrite
 from gaugelab.study.store.db import MetricRow, RunRow, RunStore
 from gaugelab.study.store.results import UNVERIFIED
 from gaugelab.study.store.seals import MetricsTampered
